@@ -1,0 +1,276 @@
+"""The handles users hold, and the wheel entries behind sleepers and scheduled coroutines.
+
+Every timer is exactly one object: the handle *is* the wheel entry (it subclasses
+:class:`aiowheel._wheel.Entry`), so arming a timer allocates one object and cancelling it
+unlinks that object from its bucket. ``_Timed`` adds the float deadline (``when``, exact, as
+the user gave it; the wheel only knows the rounded-up tick) and the two things the Timer asks
+of every entry: ``_fire`` when it is due and ``_abandon`` when the timer closes under it.
+
+Plain classes with ``__slots__`` and full annotations, no dynamic attributes: the planned
+compiled build (mypyc) must be able to take this module unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Final
+
+from ._wheel import Entry, Wheel
+
+if TYPE_CHECKING:
+    from ._timer import Timer
+
+__all__ = ["TimerHandle"]
+
+# A snapshot of an empty context, shared by every callback scheduled from a context with no
+# variables set (the common case): saves one Context object per pending timer. Each run gets a
+# fresh empty Context, so a callback that sets a variable cannot leak it into another.
+EMPTY_CONTEXT: Final = contextvars.Context()
+
+# TimerHandle states.
+_PENDING: Final = 0  # in the wheel
+_DISPATCHED: Final = 1  # due; its run is queued with loop.call_soon
+_RAN: Final = 2
+_CANCELLED: Final = 3
+
+
+class _Timed(Entry):
+    """A wheel entry with an exact float deadline, fired and abandoned by a Timer."""
+
+    __slots__ = ("_when",)
+
+    _when: float
+
+    def _fire(self, timer: Timer) -> None:
+        """The deadline has passed (by the loop's clock): do what this timer is for."""
+        raise NotImplementedError
+
+    def _abandon(self, exc: BaseException | None) -> None:
+        """The timer closed with this entry pending: cancel it, or fail it with ``exc``."""
+        raise NotImplementedError
+
+
+class TimerHandle(_Timed):
+    """A callback scheduled with :meth:`Timer.call_at` or :meth:`Timer.call_later`.
+
+    Like :class:`asyncio.TimerHandle`, but :meth:`cancel` is O(1), frees the timer at once and
+    tells whether it did anything.
+    """
+
+    __slots__ = ("_args", "_callback", "_context", "_state", "_wheel")
+
+    _callback: Callable[..., object] | None
+    _args: tuple[object, ...] | None
+    _context: contextvars.Context
+    _state: int
+    _wheel: Wheel
+
+    def __init__(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[object, ...],
+        context: contextvars.Context,
+        wheel: Wheel,
+    ) -> None:
+        # Every slot is set here, the base's included, with no super().__init__() call: this
+        # runs once per call_later, where one Python-level call is ~10% of the cost.
+        self._prev = None
+        self._next = None
+        self._tick = 0
+        self._when = when
+        self._callback = callback
+        self._args = args
+        self._context = context
+        self._state = _PENDING
+        self._wheel = wheel
+
+    def when(self) -> float:
+        """The deadline, in the loop's clock, exactly as scheduled."""
+        return self._when
+
+    def cancel(self) -> bool:
+        """Cancel the callback. True if this call cancelled it; False if it had already run
+        or been cancelled. A pending handle leaves the wheel at once (O(1))."""
+        state = self._state
+        if state == _PENDING:
+            self._wheel.remove(self)
+        elif state != _DISPATCHED:
+            return False
+        self._state = _CANCELLED
+        self._callback = None
+        self._args = None
+        return True
+
+    def cancelled(self) -> bool:
+        """True if :meth:`cancel` cancelled this handle (or its timer closed before it ran)."""
+        return self._state == _CANCELLED
+
+    def __repr__(self) -> str:
+        state = ("pending", "dispatched", "ran", "cancelled")[self._state]
+        callback = "" if self._callback is None else f" {_callback_repr(self._callback)}"
+        return f"<TimerHandle when={self._when!r}{callback} {state}>"
+
+    def _fire(self, timer: Timer) -> None:
+        # Run through loop.call_soon, not inside the reaper task: the callback then runs exactly
+        # as a loop.call_at callback does (no current task, KeyboardInterrupt and SystemExit
+        # leave run_forever, and nothing it does can hurt the reaper).
+        self._state = _DISPATCHED
+        context = self._context
+        if context is EMPTY_CONTEXT:
+            context = contextvars.Context()
+        timer._loop_call_soon(self._run, context=context)
+
+    def _run(self) -> None:
+        if self._state != _DISPATCHED:
+            return  # cancelled after it was dispatched
+        self._state = _RAN
+        callback = self._callback
+        args = self._args
+        assert callback is not None and args is not None
+        try:
+            callback(*args)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            asyncio.get_running_loop().call_exception_handler(
+                {
+                    "message": f"Exception in callback {_callback_repr(callback)}",
+                    "exception": exc,
+                    "handle": self,
+                }
+            )
+
+    def _abandon(self, exc: BaseException | None) -> None:
+        self._state = _CANCELLED
+        self._callback = None
+        self._args = None
+
+
+class Sleeper(_Timed):
+    """The entry behind ``await timer.sleep_until()``: resolves a future."""
+
+    __slots__ = ("_future", "_result")
+
+    _future: asyncio.Future[Any]
+    _result: object
+
+    def __init__(self, when: float, future: asyncio.Future[Any], result: object) -> None:
+        self._prev = None
+        self._next = None
+        self._tick = 0
+        self._when = when
+        self._future = future
+        self._result = result
+
+    def _fire(self, timer: Timer) -> None:
+        future = self._future
+        if not future.done():
+            future.set_result(self._result)
+
+    def _abandon(self, exc: BaseException | None) -> None:
+        future = self._future
+        if not future.done():
+            if exc is None:
+                future.cancel()
+            else:
+                future.set_exception(exc)
+
+
+class Scheduled(_Timed):
+    """The entry behind :meth:`Timer.schedule_at`: starts a task at the deadline.
+
+    The future handed to the user is wired both ways: cancelling it before the deadline takes
+    the entry out of the wheel (and closes a coroutine object that never started); cancelling
+    it after dispatch cancels the running task. The task's outcome resolves the future.
+    """
+
+    __slots__ = ("_args", "_context", "_future", "_target", "_task", "_wheel")
+
+    _future: asyncio.Future[Any]
+    _target: Coroutine[Any, Any, Any] | Callable[..., Any] | None
+    _args: tuple[object, ...]
+    _context: contextvars.Context
+    _task: asyncio.Task[Any] | None
+    _wheel: Wheel
+
+    def __init__(
+        self,
+        when: float,
+        future: asyncio.Future[Any],
+        target: Coroutine[Any, Any, Any] | Callable[..., Any],
+        args: tuple[object, ...],
+        context: contextvars.Context,
+        wheel: Wheel,
+    ) -> None:
+        self._prev = None
+        self._next = None
+        self._tick = 0
+        self._when = when
+        self._future = future
+        self._target = target
+        self._args = args
+        self._context = context
+        self._task = None
+        self._wheel = wheel
+        future.add_done_callback(self._on_future_done)
+
+    def _fire(self, timer: Timer) -> None:
+        target = self._target
+        self._target = None
+        if target is None or self._future.done():
+            return
+        coro = target if asyncio.iscoroutine(target) else _call(target, self._args)
+        task = timer._loop_create_task(coro, self._context)
+        self._task = task
+        task.add_done_callback(self._on_task_done)
+
+    def _on_future_done(self, future: asyncio.Future[Any]) -> None:
+        if not future.cancelled():
+            return
+        if self._wheel.remove(self):
+            self._close_target()
+        elif self._task is not None:
+            self._task.cancel()
+
+    def _on_task_done(self, task: asyncio.Task[Any]) -> None:
+        future = self._future
+        if future.done():
+            return
+        if task.cancelled():
+            future.cancel()
+            return
+        exc = task.exception()
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(task.result())
+
+    def _close_target(self) -> None:
+        target = self._target
+        self._target = None
+        if asyncio.iscoroutine(target):
+            target.close()  # never started: no "coroutine was never awaited" warning
+
+    def _abandon(self, exc: BaseException | None) -> None:
+        self._close_target()
+        future = self._future
+        if not future.done():
+            if exc is None:
+                future.cancel()
+            else:
+                future.set_exception(exc)
+
+
+async def _call(function: Callable[..., Any], args: tuple[object, ...]) -> Any:
+    result = function(*args)
+    if isinstance(result, Awaitable):
+        result = await result
+    return result
+
+
+def _callback_repr(callback: Callable[..., object]) -> str:
+    name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None)
+    return f"{name}()" if isinstance(name, str) else repr(callback)

@@ -1,0 +1,578 @@
+"""Timer: the sans-IO wheel bound to a running asyncio loop.
+
+The driver's job, and nothing else: turn the loop's float clock into wheel ticks and back, keep
+the *delay queue*, run the one *reaper* coroutine, and dispatch due entries.
+
+Ticks. A deadline ``when`` (loop clock, seconds) becomes tick ``ceil((when - epoch) / tick)``,
+rounded **up**, so a bucket is never processed before every deadline in it can have passed.
+Rounding errors of the float arithmetic cannot make a timer early either: before an entry
+fires, the reaper compares its exact ``when`` with ``loop.time()`` and re-files it one tick
+later if the clock has not reached it (asyncio and uvloop may run a loop timer a little early;
+that is where this guard earns its keep).
+
+Delay queue and reaper (Kafka's DelayQueue + ExpiredOperationReaper, on the loop instead of a
+thread). The wheel keeps one heap item per non-empty bucket, keyed by the bucket's expiration
+tick. One reaper Task per Timer awaits a future that a single ``loop.call_at`` handle resolves
+at the earliest expiration, so there is at most one loop timer handle outstanding per Timer,
+whatever the number of pending timers. ``Wheel.insert`` returns a tick when a bucket was
+queued; only if that tick is earlier than the armed one is the loop handle replaced (the
+reaper is "woken early"). While nothing is due the reaper does not wake: no periodic ticks.
+
+Dispatch. Callbacks go through ``loop.call_soon`` so they run exactly like loop callbacks
+(no current task, the loop's exception handler, KeyboardInterrupt leaves the loop) and never
+inside the reaper; sleepers resolve their future; scheduled coroutines start as Tasks.
+
+Failure. If the reaper task is cancelled from outside (``asyncio.run`` does this to every task
+at exit) or dies of a bug, the Timer closes itself: pending sleepers and scheduled futures fail
+with :class:`TimerClosedError` naming the cause, pending callbacks are marked cancelled, and any
+later use raises RuntimeError. It never hangs silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+import warnings
+import weakref
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from math import ceil, floor, inf, isnan
+from typing import Any, Final, TypeVar
+
+from ._handles import EMPTY_CONTEXT, Scheduled, Sleeper, TimerHandle, _Timed
+from ._wheel import NEVER, Wheel
+
+__all__ = ["PendingLimitError", "Timer", "TimerClosedError", "TimerStats"]
+
+_T = TypeVar("_T")
+
+# asyncio's C accelerated lookup of the running loop (~25 ns): one identity check against it
+# covers "not started", "closed", "another loop" and "another thread" on the hot path.
+_get_running_loop: Final = asyncio._get_running_loop
+
+# While the reaper is about to run or is running, inserts need not re-arm the loop handle: it
+# re-reads the earliest expiration before it sleeps again. No tick is below this.
+_REAPER_AWAKE: Final = -NEVER
+
+# See the reaper: a clock reading within this fraction of a tick below a boundary counts as
+# having reached it.
+_TICK_EPSILON: Final = 1e-6
+
+# Past this many live Timers on one loop, warn once (Netty's too-many-instances lesson).
+TOO_MANY_TIMERS: Final = 64
+
+_timers_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = (
+    weakref.WeakKeyDictionary()
+)
+_warned_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+class PendingLimitError(RuntimeError):
+    """Raised by a scheduling call that would exceed the Timer's ``max_pending``."""
+
+
+class TimerClosedError(RuntimeError):
+    """Set on pending sleepers and scheduled futures when their timer shuts down under them."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimerStats:
+    """A snapshot of a Timer's counters (see :meth:`Timer.stats`)."""
+
+    pending: int
+    """Timers in the wheel now."""
+    fired: int
+    """Timers that came due and were dispatched."""
+    cancelled: int
+    """Timers taken out before they were due (including by close())."""
+    wakeups: int
+    """How many times the reaper woke up."""
+    max_lateness: float
+    """The largest (dispatch time - deadline) seen, in seconds."""
+    queued_buckets: int
+    """Items in the delay queue (at most one per bucket)."""
+
+
+class Timer:
+    """A hierarchical timing wheel bound to one running event loop.
+
+    ``tick`` is the wheel's resolution in seconds: a timer fires at most about one tick plus
+    loop latency after its deadline, and never before it. ``slots`` (a power of two) is the
+    number of buckets per level. ``max_pending`` bounds the pending timers; a scheduling call
+    beyond it raises :class:`PendingLimitError` and changes nothing.
+
+    Use it as ``async with Timer() as timer:`` or let it bind lazily to the running loop on
+    first use; share one per loop (:func:`aiowheel.get_timer`) rather than making many.
+
+    >>> async def main():
+    ...     async with Timer() as timer:
+    ...         handle = timer.call_later(0.05, print, "fired")
+    ...         await timer.sleep(0.1)
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_armed",
+        "_bound_loop",
+        "_cancelled_on_close",
+        "_closed",
+        "_closing_cause",
+        "_debug",
+        "_epoch",
+        "_fired",
+        "_inverse_tick",
+        "_limit",
+        "_loop",
+        "_loop_call_soon",
+        "_max_lateness",
+        "_reaper",
+        "_slots",
+        "_tick",
+        "_waiter",
+        "_wake_handle",
+        "_wakeups",
+        "_wheel",
+    )
+
+    def __init__(
+        self, *, tick: float = 0.001, slots: int = 64, max_pending: int | None = None
+    ) -> None:
+        """Create an unstarted Timer; see the class docstring for the parameters."""
+        if isinstance(tick, bool) or not isinstance(tick, int | float):
+            raise TypeError(f"tick must be a number of seconds, got {type(tick).__name__}")
+        if not 0 < tick < inf:
+            raise ValueError(f"tick must be a positive, finite number of seconds, got {tick!r}")
+        if max_pending is not None and (
+            isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1
+        ):
+            raise ValueError(f"max_pending must be a positive int or None, got {max_pending!r}")
+        self._wheel: Final = Wheel(slots)  # validates slots
+        self._tick: Final = float(tick)
+        self._inverse_tick: Final = 1.0 / self._tick
+        self._slots: Final = slots
+        self._limit: Final = sys.maxsize if max_pending is None else max_pending
+        # `_loop` is what the hot path compares the running loop with: None until bound and
+        # again once closed, so that one identity check routes every odd case to _check_loop.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._bound_loop: asyncio.AbstractEventLoop | None = None
+        self._epoch = 0.0
+        self._closed = False
+        self._closing_cause: str | None = None
+        self._debug = False
+        self._reaper: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._wake_handle: asyncio.TimerHandle | None = None
+        self._armed = NEVER
+        self._fired = 0
+        self._cancelled_on_close = 0
+        self._wakeups = 0
+        self._max_lateness = 0.0
+        self._loop_call_soon: Callable[..., asyncio.Handle] = _unbound_call_soon
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def _check_loop(self) -> asyncio.AbstractEventLoop:
+        """The slow path behind the hot path's loop check: bind, or explain what is wrong."""
+        running = _get_running_loop()
+        if self._closed:
+            raise RuntimeError(f"Timer is closed{self._closing_cause or ''}")
+        if running is None:
+            raise RuntimeError(
+                "Timer must be used from the thread running its event loop "
+                "(no event loop is running in this thread)"
+            )
+        if self._bound_loop is None:
+            self._bind(running)
+            return running
+        if running is not self._bound_loop:
+            raise RuntimeError(f"Timer is bound to a different event loop ({self._bound_loop!r})")
+        return running
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._bound_loop = loop
+        self._epoch = loop.time()
+        self._debug = loop.get_debug()
+        self._loop_call_soon = loop.call_soon
+        # The reaper runs in an empty context: nothing of whoever started the timer leaks in.
+        self._reaper = loop.create_task(self._reap(), context=contextvars.Context())
+        # A loop closed with timers pending must not print "Task was destroyed but it is
+        # pending!" for the reaper: asyncio drops its own pending TimerHandles silently too.
+        self._reaper._log_destroy_pending = False  # type: ignore[attr-defined]
+        self._loop = loop
+        count = _timers_per_loop.get(loop, 0) + 1
+        _timers_per_loop[loop] = count
+        if count > TOO_MANY_TIMERS and loop not in _warned_loops:
+            _warned_loops.add(loop)
+            warnings.warn(
+                f"{count} aiowheel Timers are running on one event loop; a Timer is built to "
+                "be shared: use aiowheel.get_timer() (or pass one Timer around) instead",
+                ResourceWarning,
+                stacklevel=4,
+            )
+
+    async def __aenter__(self) -> Timer:
+        """Bind to the running loop and start the reaper."""
+        if _get_running_loop() is not self._loop:
+            self._check_loop()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Close the timer (see :meth:`aclose`)."""
+        await self.aclose()
+
+    def close(self) -> list[TimerHandle]:
+        """Stop the timer and return the callback handles that never fired (Netty's stop()).
+
+        Pending sleepers and scheduled futures are cancelled, tasks inside this timer's
+        ``timeout()`` blocks are cancelled (their deadline can no longer be enforced), and
+        returned handles are marked cancelled. Later scheduling calls raise RuntimeError.
+        Closing twice is a no-op that returns ``[]``.
+        """
+        return self._shutdown(None, None)
+
+    async def aclose(self) -> list[TimerHandle]:
+        """:meth:`close`, then wait for the reaper task to finish."""
+        reaper = self._reaper
+        unfired = self.close()
+        if reaper is not None and reaper is not asyncio.current_task():
+            await asyncio.wait([reaper])
+        return unfired
+
+    def _shutdown(self, exc: BaseException | None, cause: str | None) -> list[TimerHandle]:
+        if self._closed:
+            return []
+        self._closed = True
+        self._closing_cause = cause
+        self._loop = None
+        loop = self._bound_loop
+        if loop is not None:
+            count = _timers_per_loop.get(loop, 1) - 1
+            if count:
+                _timers_per_loop[loop] = count
+            else:
+                _timers_per_loop.pop(loop, None)
+        if self._wake_handle is not None:
+            self._wake_handle.cancel()
+            self._wake_handle = None
+        reaper = self._reaper
+        if reaper is not None and reaper is not asyncio.current_task():
+            reaper.cancel()
+        unfired: list[TimerHandle] = []
+        entries = self._wheel.drain()
+        self._cancelled_on_close += len(entries)
+        for entry in entries:
+            assert isinstance(entry, _Timed)
+            entry._abandon(exc)
+            if isinstance(entry, TimerHandle):
+                unfired.append(entry)
+        return unfired
+
+    def closed(self) -> bool:
+        """True once the timer has been closed (or shut itself down)."""
+        return self._closed
+
+    # -- introspection -------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """The exact number of pending timers."""
+        return len(self._wheel)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "running" if self._loop is not None else "unbound"
+        return f"<Timer {state} tick={self._tick} slots={self._slots} pending={len(self)}>"
+
+    @property
+    def tick(self) -> float:
+        """The wheel's resolution, in seconds."""
+        return self._tick
+
+    def time(self) -> float:
+        """The loop's clock (``loop.time()``): the clock every deadline is measured against."""
+        loop = self._bound_loop
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        return loop.time()
+
+    def stats(self) -> TimerStats:
+        """Counters: pending, fired, cancelled, reaper wake-ups, max lateness seen."""
+        wheel = self._wheel
+        return TimerStats(
+            pending=len(wheel),
+            fired=self._fired,
+            cancelled=wheel.removed + self._cancelled_on_close,
+            wakeups=self._wakeups,
+            max_lateness=self._max_lateness,
+            queued_buckets=len(wheel._heap),
+        )
+
+    # -- scheduling ----------------------------------------------------------------------------
+
+    def _tick_for(self, when: float) -> int:
+        """The tick of deadline ``when``, rounded up; NEVER for +inf. Validates ``when``."""
+        try:
+            return ceil((when - self._epoch) * self._inverse_tick)
+        except OverflowError:
+            if when > 0:
+                return NEVER
+            return self._wheel.elapsed  # -inf: already due
+        except (TypeError, ValueError):
+            if isinstance(when, int | float) and isnan(when):
+                raise ValueError("deadline must not be NaN") from None
+            raise TypeError(
+                f"deadline must be a real number of seconds, got {type(when).__name__}"
+            ) from None
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        *args: object,
+        context: contextvars.Context | None = None,
+    ) -> TimerHandle:
+        """Run ``callback(*args)`` once ``loop.time() >= when``; like ``loop.call_at``.
+
+        The callback runs in ``context`` or else in a copy of the current context taken now.
+        ``when=inf`` never fires but is pending and cancellable; a past ``when`` fires on a
+        coming loop iteration, never inside this call.
+        """
+        if _get_running_loop() is not self._loop:
+            self._check_loop()
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        if self._debug:
+            _check_not_coroutine_function(callback, "call_at")
+        tick = self._tick_for(when)
+        wheel = self._wheel
+        if len(wheel) >= self._limit:
+            raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
+        if context is None:
+            context = contextvars.copy_context()
+            if not context:
+                context = EMPTY_CONTEXT
+        handle = TimerHandle(when, callback, args, context, wheel)
+        if wheel.insert(handle, tick) < self._armed:
+            self._arm()
+        return handle
+
+    def call_later(
+        self,
+        delay: float,
+        callback: Callable[..., object],
+        *args: object,
+        context: contextvars.Context | None = None,
+    ) -> TimerHandle:
+        """Run ``callback(*args)`` after ``delay`` seconds; like ``loop.call_later``."""
+        loop = self._loop
+        if loop is None:
+            loop = self._check_loop()
+        try:
+            when = loop.time() + delay
+        except TypeError:
+            raise TypeError(
+                f"delay must be a real number of seconds, got {type(delay).__name__}"
+            ) from None
+        return self.call_at(when, callback, *args, context=context)
+
+    async def sleep_until(self, deadline: float, result: _T = None) -> _T:  # type: ignore[assignment]
+        """Sleep until ``loop.time() >= deadline``, then return ``result``.
+
+        Cancelling the sleeping task takes its timer out of the wheel at once.
+        """
+        loop = self._loop
+        if _get_running_loop() is not loop or loop is None:
+            loop = self._check_loop()
+        tick = self._tick_for(deadline)
+        wheel = self._wheel
+        if len(wheel) >= self._limit:
+            raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
+        if deadline <= loop.time():
+            await asyncio.sleep(0)
+            return result
+        future: asyncio.Future[_T] = loop.create_future()
+        entry = Sleeper(deadline, future, result)
+        if wheel.insert(entry, tick) < self._armed:
+            self._arm()
+        try:
+            return await future
+        finally:
+            if entry._prev is not None:
+                wheel.remove(entry)
+
+    async def sleep(self, delay: float, result: _T = None) -> _T:  # type: ignore[assignment]
+        """Sleep ``delay`` seconds, then return ``result``; like ``asyncio.sleep``."""
+        if delay <= 0:
+            await asyncio.sleep(0)
+            return result
+        return await self.sleep_until(self.time() + delay, result)
+
+    def schedule_at(
+        self,
+        when: float,
+        coro_or_function: Coroutine[Any, Any, _T] | Callable[..., Any],
+        *args: object,
+    ) -> asyncio.Future[_T]:
+        """Start a coroutine as a Task once ``loop.time() >= when``.
+
+        Takes a coroutine object, or a function (sync or async) to call with ``args``. Returns
+        a Future for the task's result. Cancelling the future before the deadline takes the
+        timer out of the wheel (a coroutine object is closed, never started); after, it
+        cancels the task.
+        """
+        if _get_running_loop() is not self._loop:
+            self._check_loop()
+        loop = self._loop
+        assert loop is not None
+        if asyncio.iscoroutine(coro_or_function):
+            if args:
+                raise TypeError("schedule_at() takes no args with a coroutine object")
+        elif not callable(coro_or_function):
+            raise TypeError(
+                "schedule_at() needs a coroutine or a callable, "
+                f"got {type(coro_or_function).__name__}"
+            )
+        tick = self._tick_for(when)
+        wheel = self._wheel
+        if len(wheel) >= self._limit:
+            raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
+        future: asyncio.Future[_T] = loop.create_future()
+        entry = Scheduled(when, future, coro_or_function, args, contextvars.copy_context(), wheel)
+        if wheel.insert(entry, tick) < self._armed:
+            self._arm()
+        return future
+
+    def schedule_later(
+        self,
+        delay: float,
+        coro_or_function: Coroutine[Any, Any, _T] | Callable[..., Any],
+        *args: object,
+    ) -> asyncio.Future[_T]:
+        """:meth:`schedule_at` ``delay`` seconds from now."""
+        try:
+            when = self.time() + delay
+        except TypeError:
+            if asyncio.iscoroutine(coro_or_function):
+                coro_or_function.close()
+            raise TypeError(
+                f"delay must be a real number of seconds, got {type(delay).__name__}"
+            ) from None
+        return self.schedule_at(when, coro_or_function, *args)
+
+    # -- the delay queue and the reaper --------------------------------------------------------
+
+    def _file(self, entry: _Timed, when: float) -> None:
+        """Put an unlinked entry in the wheel for deadline ``when`` (for the other modules).
+
+        The caller has checked the loop; raises like :meth:`call_at` on a bad ``when`` or when
+        ``max_pending`` is reached, leaving the timer unchanged.
+        """
+        tick = self._tick_for(when)
+        wheel = self._wheel
+        if len(wheel) >= self._limit:
+            raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
+        entry._when = when
+        if wheel.insert(entry, tick) < self._armed:
+            self._arm()
+
+    def _move(self, entry: _Timed, when: float) -> None:
+        """Change a pending entry's deadline; later deadlines cost O(1) and no bucket work."""
+        tick = self._tick_for(when)
+        entry._when = when
+        if self._wheel.move(entry, tick) < self._armed:
+            self._arm()
+
+    def _arm(self) -> None:
+        """Make the single loop handle fire at the wheel's earliest bucket expiration."""
+        loop = self._loop
+        assert loop is not None
+        expiration = self._wheel.next_expiration()
+        handle = self._wake_handle
+        if handle is not None:
+            handle.cancel()
+            self._wake_handle = None
+        if expiration is None:
+            self._armed = NEVER
+            return
+        self._armed = expiration
+        self._wake_handle = loop.call_at(self._epoch + expiration * self._tick, self._wake)
+
+    def _wake(self) -> None:
+        self._wake_handle = None
+        self._armed = _REAPER_AWAKE
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _loop_create_task(
+        self, coro: Coroutine[Any, Any, Any], context: contextvars.Context
+    ) -> asyncio.Task[Any]:
+        loop = self._bound_loop
+        assert loop is not None
+        return loop.create_task(coro, context=context)
+
+    async def _reap(self) -> None:
+        try:
+            await self._reap_forever()
+        except asyncio.CancelledError:
+            if not self._closed:
+                self._shutdown(
+                    TimerClosedError("timer closed: its reaper task was cancelled"),
+                    " (its reaper task was cancelled)",
+                )
+            raise
+        except BaseException as exc:
+            self._shutdown(
+                TimerClosedError(f"timer closed: its reaper task failed: {exc!r}"),
+                f" (its reaper task failed: {exc!r})",
+            )
+            raise
+
+    async def _reap_forever(self) -> None:
+        loop = self._bound_loop
+        assert loop is not None
+        wheel = self._wheel
+        epoch = self._epoch
+        inverse_tick = self._inverse_tick
+        while True:
+            if self._armed == _REAPER_AWAKE or self._wake_handle is None:
+                self._arm()
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiter = waiter
+            await waiter
+            self._waiter = None
+            self._armed = _REAPER_AWAKE
+            self._wakeups += 1
+            self._debug = loop.get_debug()
+            now = loop.time()
+            # The epsilon absorbs float error at tick boundaries (a reading of 10.9999999
+            # ticks on a clock that says "tick 11 has begun"); without it uvloop, whose
+            # clock moves in whole milliseconds, would spin for a millisecond. Entries are
+            # still checked against their exact deadline below.
+            now_tick = floor((now - epoch) * inverse_tick + _TICK_EPSILON)
+            if now_tick < wheel.elapsed:
+                continue  # woken early, before the last tick we processed ended
+            due = wheel.advance(now_tick)
+            fired = 0
+            lateness = self._max_lateness
+            for entry in due:
+                assert isinstance(entry, _Timed)
+                when = entry._when
+                if when > now:
+                    # Rounding put it a hair early: the tick is done, its deadline is not.
+                    wheel.insert(entry, now_tick + 1)
+                    continue
+                fired += 1
+                if now - when > lateness:
+                    lateness = now - when
+                entry._fire(self)
+            self._fired += fired
+            self._max_lateness = lateness
+
+
+def _unbound_call_soon(*args: object, **kwargs: object) -> asyncio.Handle:
+    raise RuntimeError("Timer is not bound to an event loop")
+
+
+def _check_not_coroutine_function(callback: Callable[..., object], method: str) -> None:
+    if asyncio.iscoroutinefunction(callback):
+        raise TypeError(f"coroutines cannot be used with {method}(); use schedule_at()")
