@@ -29,11 +29,13 @@ __all__ = ["TimerHandle"]
 # fresh empty Context, so a callback that sets a variable cannot leak it into another.
 EMPTY_CONTEXT: Final = contextvars.Context()
 
-# TimerHandle states.
-_PENDING: Final = 0  # in the wheel
-_DISPATCHED: Final = 1  # due; its run is queued with loop.call_soon
-_RAN: Final = 2
-_CANCELLED: Final = 3
+# A TimerHandle is pending while it is linked in the wheel. Once it is out, the wheel no longer
+# reads its `_tick`, and the handle records its fate there instead of in a slot of its own
+# (8 bytes on every pending timer): one of these three values.
+_DISPATCHED: Final = -1  # due; its run is queued with loop.call_soon
+_RAN: Final = -2
+_CANCELLED: Final = -3
+_FATES: Final = {_DISPATCHED: "dispatched", _RAN: "ran", _CANCELLED: "cancelled"}
 
 
 class _Timed(Entry):
@@ -59,12 +61,11 @@ class TimerHandle(_Timed):
     tells whether it did anything.
     """
 
-    __slots__ = ("_args", "_callback", "_context", "_state", "_wheel")
+    __slots__ = ("_args", "_callback", "_context", "_wheel")
 
     _callback: Callable[..., object] | None
     _args: tuple[object, ...] | None
     _context: contextvars.Context
-    _state: int
     _wheel: Wheel
 
     def __init__(
@@ -84,7 +85,6 @@ class TimerHandle(_Timed):
         self._callback = callback
         self._args = args
         self._context = context
-        self._state = _PENDING
         self._wheel = wheel
 
     def when(self) -> float:
@@ -94,22 +94,21 @@ class TimerHandle(_Timed):
     def cancel(self) -> bool:
         """Cancel the callback. True if this call cancelled it; False if it had already run
         or been cancelled. A pending handle leaves the wheel at once (O(1))."""
-        state = self._state
-        if state == _PENDING:
+        if self._prev is not None:
             self._wheel.remove(self)
-        elif state != _DISPATCHED:
+        elif self._tick != _DISPATCHED:
             return False
-        self._state = _CANCELLED
+        self._tick = _CANCELLED
         self._callback = None
         self._args = None
         return True
 
     def cancelled(self) -> bool:
         """True if :meth:`cancel` cancelled this handle (or its timer closed before it ran)."""
-        return self._state == _CANCELLED
+        return self._prev is None and self._tick == _CANCELLED
 
     def __repr__(self) -> str:
-        state = ("pending", "dispatched", "ran", "cancelled")[self._state]
+        state = "pending" if self._prev is not None else _FATES.get(self._tick, "due")
         callback = "" if self._callback is None else f" {_callback_repr(self._callback)}"
         return f"<TimerHandle when={self._when!r}{callback} {state}>"
 
@@ -117,16 +116,16 @@ class TimerHandle(_Timed):
         # Run through loop.call_soon, not inside the reaper task: the callback then runs exactly
         # as a loop.call_at callback does (no current task, KeyboardInterrupt and SystemExit
         # leave run_forever, and nothing it does can hurt the reaper).
-        self._state = _DISPATCHED
+        self._tick = _DISPATCHED
         context = self._context
         if context is EMPTY_CONTEXT:
             context = contextvars.Context()
         timer._loop_call_soon(self._run, context=context)
 
     def _run(self) -> None:
-        if self._state != _DISPATCHED:
+        if self._tick != _DISPATCHED:
             return  # cancelled after it was dispatched
-        self._state = _RAN
+        self._tick = _RAN
         callback = self._callback
         args = self._args
         assert callback is not None and args is not None
@@ -144,7 +143,7 @@ class TimerHandle(_Timed):
             )
 
     def _abandon(self, exc: BaseException | None) -> None:
-        self._state = _CANCELLED
+        self._tick = _CANCELLED
         self._callback = None
         self._args = None
 
