@@ -21,6 +21,9 @@ pytestmark = pytest.mark.anyio
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
 
+background: list[asyncio.Future[Any]] = []
+
+
 def collect_errors(loop: asyncio.AbstractEventLoop) -> list[dict[str, Any]]:
     errors: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _loop, context: errors.append(context))
@@ -255,9 +258,11 @@ async def test_cancelling_a_scheduled_future_before_the_deadline_closes_the_coro
 async def test_cancelling_a_scheduled_future_after_dispatch_cancels_the_task() -> None:
     async with Timer() as timer:
         state: list[str] = []
+        started = asyncio.Event()
 
         async def job() -> None:
             state.append("started")
+            started.set()
             try:
                 await asyncio.sleep(10)
             except asyncio.CancelledError:
@@ -265,8 +270,7 @@ async def test_cancelling_a_scheduled_future_after_dispatch_cancels_the_task() -
                 raise
 
         fut = timer.schedule_later(0.001, job)
-        while not state:
-            await asyncio.sleep(0.005)
+        await started.wait()
         fut.cancel()
         await asyncio.sleep(0.01)
         assert state == ["started", "cancelled"]
@@ -475,7 +479,7 @@ def test_loop_closed_with_timers_pending_is_silent() -> None:
 
     async def main() -> None:
         timer.call_later(100, print)
-        asyncio.ensure_future(timer.sleep(100))
+        background.append(asyncio.ensure_future(timer.sleep(100)))
         await asyncio.sleep(0.01)
 
     with warnings.catch_warnings(record=True) as caught:
@@ -496,7 +500,7 @@ def test_asyncio_run_exit_with_timers_pending_is_silent() -> None:
     async def main() -> None:
         errors.append(collect_errors(asyncio.get_running_loop()))
         timer.call_later(100, print)
-        asyncio.ensure_future(timer.sleep(100))
+        background.append(asyncio.ensure_future(timer.sleep(100)))
         await asyncio.sleep(0)
 
     with warnings.catch_warnings(record=True) as caught:
