@@ -35,12 +35,14 @@ import contextvars
 import sys
 import warnings
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from math import ceil, floor, inf, isnan
 from typing import Any, Final, TypeVar
 
+from ._errors import PendingLimitError, TimerClosedError
 from ._handles import EMPTY_CONTEXT, Scheduled, Sleeper, TimerHandle, _Timed
+from ._timeout import Timeout, wait_for
 from ._wheel import NEVER, Wheel
 
 __all__ = ["PendingLimitError", "Timer", "TimerClosedError", "TimerStats"]
@@ -66,14 +68,6 @@ _timers_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = (
     weakref.WeakKeyDictionary()
 )
 _warned_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
-
-
-class PendingLimitError(RuntimeError):
-    """Raised by a scheduling call that would exceed the Timer's ``max_pending``."""
-
-
-class TimerClosedError(RuntimeError):
-    """Set on pending sleepers and scheduled futures when their timer shuts down under them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,7 +357,7 @@ class Timer:
             when = loop.time() + delay
             tick = ceil((when - self._epoch) * self._inverse_tick)
         except (OverflowError, TypeError, ValueError):
-            when = self._when_after(loop, delay)
+            when = self._deadline_after(loop, delay)
             tick = self._tick_for(when)
         wheel = self._wheel
         if wheel._count >= self._limit:
@@ -376,15 +370,6 @@ class Timer:
         if wheel.insert(handle, tick) < self._armed:
             self._arm()
         return handle
-
-    @staticmethod
-    def _when_after(loop: asyncio.AbstractEventLoop, delay: float) -> float:
-        try:
-            return loop.time() + delay
-        except TypeError:
-            raise TypeError(
-                f"delay must be a real number of seconds, got {type(delay).__name__}"
-            ) from None
 
     def _call(
         self,
@@ -443,10 +428,11 @@ class Timer:
 
     async def sleep(self, delay: float, result: _T = None) -> _T:  # type: ignore[assignment]
         """Sleep ``delay`` seconds, then return ``result``; like ``asyncio.sleep``."""
+        when = self._deadline_after(self._running_loop(), delay)
         if delay <= 0:
             await asyncio.sleep(0)
             return result
-        return await self.sleep_until(self.time() + delay, result)
+        return await self.sleep_until(when, result)
 
     def schedule_at(
         self,
@@ -491,16 +477,68 @@ class Timer:
     ) -> asyncio.Future[_T]:
         """:meth:`schedule_at` ``delay`` seconds from now."""
         try:
-            when = self.time() + delay
-        except TypeError:
+            when = self._deadline_after(self._running_loop(), delay)
+        except BaseException:
             if asyncio.iscoroutine(coro_or_function):
-                coro_or_function.close()
+                coro_or_function.close()  # refused: it will never run, so no warning either
+            raise
+        return self.schedule_at(when, coro_or_function, *args)
+
+    def timeout(self, delay: float | None) -> Timeout:
+        """An ``asyncio.timeout(delay)`` drop-in on this timer (None: no deadline).
+
+        >>> async with timer.timeout(2.0):
+        ...     await handle_request()
+        """
+        loop = self._loop
+        if _get_running_loop() is not loop or loop is None:
+            loop = self._check_loop()
+        if delay is None:
+            return Timeout(None, self)
+        try:
+            when = loop.time() + delay
+        except TypeError:
+            when = self._deadline_after(loop, delay)  # raises, naming the problem
+        if when != when:
+            raise ValueError("deadline must not be NaN")
+        return Timeout(when, self)
+
+    def timeout_at(self, when: float | None) -> Timeout:
+        """An ``asyncio.timeout_at(when)`` drop-in on this timer (None: no deadline)."""
+        self._running_loop()
+        if when is not None:
+            self._tick_for(when)
+        return Timeout(when, self)
+
+    async def wait_for(self, aw: Awaitable[_T], timeout: float | None) -> _T:  # noqa: ASYNC109
+        """``asyncio.wait_for`` with the 3.12+ semantics on every version, on this timer."""
+        return await wait_for(self, aw, timeout)
+
+    # -- the delay queue and the reaper --------------------------------------------------------
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop, after the same check every scheduling call makes."""
+        loop = self._loop
+        if _get_running_loop() is not loop or loop is None:
+            loop = self._check_loop()
+        return loop
+
+    def _deadline_after(self, loop: asyncio.AbstractEventLoop, delay: float) -> float:
+        """``loop.time() + delay``, validated: TypeError for a non-number, ValueError for NaN."""
+        try:
+            when = loop.time() + delay
+        except TypeError:
             raise TypeError(
                 f"delay must be a real number of seconds, got {type(delay).__name__}"
             ) from None
-        return self.schedule_at(when, coro_or_function, *args)
+        if when != when:
+            raise ValueError("deadline must not be NaN")
+        return when
 
-    # -- the delay queue and the reaper --------------------------------------------------------
+    def _unfile(self, entry: _Timed) -> None:
+        """Take an entry out of the wheel if it is in it."""
+        if entry._prev is not None:
+            self._wheel.remove(entry)
 
     def _file(self, entry: _Timed, when: float) -> None:
         """Put an unlinked entry in the wheel for deadline ``when`` (for the other modules).

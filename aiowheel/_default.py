@@ -1,0 +1,119 @@
+"""The per-loop default Timer and the module-level helpers that use it.
+
+One Timer per running loop, created on first use: a timing wheel pays off when it is shared
+(one reaper, one loop handle, one set of buckets for every timer of the program), so the
+module-level helpers all go through :func:`get_timer`. The default timer closes itself when
+its loop shuts down (``asyncio.run`` cancels its reaper at exit), without a warning.
+
+The last (loop, timer) pair is cached so the helpers on the hot path cost one identity check,
+not a weak-dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
+
+from ._handles import TimerHandle
+from ._timeout import Timeout
+from ._timer import Timer
+
+__all__ = [
+    "call_at",
+    "call_later",
+    "get_timer",
+    "sleep",
+    "sleep_until",
+    "timeout",
+    "timeout_at",
+    "wait_for",
+]
+
+_T = TypeVar("_T")
+
+_get_running_loop: Final = asyncio._get_running_loop
+
+_timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Timer] = weakref.WeakKeyDictionary()
+
+
+class _Last:
+    """The most recently used (loop, timer) pair; the loop held weakly."""
+
+    __slots__ = ("loop", "timer")
+
+    def __init__(self) -> None:
+        self.loop: weakref.ReferenceType[asyncio.AbstractEventLoop] | None = None
+        self.timer: Timer | None = None
+
+
+_last: Final = _Last()
+
+
+def get_timer() -> Timer:
+    """The running loop's default Timer, created (and bound) on first use.
+
+    Raises RuntimeError outside a running loop.
+    """
+    loop = _get_running_loop()
+    ref = _last.loop
+    timer = _last.timer
+    if ref is not None and ref() is loop and timer is not None and not timer._closed:
+        return timer
+    if loop is None:
+        raise RuntimeError("aiowheel.get_timer() needs a running event loop")
+    timer = _timers.get(loop)
+    if timer is None or timer.closed():
+        timer = Timer()
+        timer._check_loop()  # bind now, in this loop
+        _timers[loop] = timer
+    _last.loop = weakref.ref(loop)
+    _last.timer = timer
+    return timer
+
+
+def timeout(delay: float | None) -> Timeout:
+    """``asyncio.timeout`` on the default timer: ``async with aiowheel.timeout(2): ...``"""
+    return get_timer().timeout(delay)
+
+
+def timeout_at(when: float | None) -> Timeout:
+    """``asyncio.timeout_at`` on the default timer."""
+    return get_timer().timeout_at(when)
+
+
+async def wait_for(aw: Awaitable[_T], timeout: float | None) -> _T:  # noqa: ASYNC109
+    """``asyncio.wait_for`` (3.12+ semantics) on the default timer."""
+    return await get_timer().wait_for(aw, timeout)
+
+
+async def sleep(delay: float, result: _T = None) -> _T:  # type: ignore[assignment]
+    """``asyncio.sleep`` on the default timer."""
+    return await get_timer().sleep(delay, result)
+
+
+async def sleep_until(deadline: float, result: _T = None) -> _T:  # type: ignore[assignment]
+    """Sleep until the loop's clock reaches ``deadline``, on the default timer."""
+    return await get_timer().sleep_until(deadline, result)
+
+
+def call_later(
+    delay: float,
+    callback: Callable[..., object],
+    *args: object,
+    context: contextvars.Context | None = None,
+) -> TimerHandle:
+    """``loop.call_later`` on the default timer."""
+    return get_timer().call_later(delay, callback, *args, context=context)
+
+
+def call_at(
+    when: float,
+    callback: Callable[..., object],
+    *args: object,
+    context: contextvars.Context | None = None,
+) -> TimerHandle:
+    """``loop.call_at`` on the default timer."""
+    return get_timer().call_at(when, callback, *args, context=context)

@@ -1,0 +1,304 @@
+"""Timeout and wait_for: drop-ins for ``asyncio.timeout`` / ``asyncio.wait_for`` on a Timer.
+
+The semantics are CPython's ``Lib/asyncio/timeouts.py`` of the running interpreter, line for
+line: the same state machine (CREATED, ENTERED, EXPIRING, EXPIRED, EXITED, with asyncio's state
+values, so reprs read the same), the same error messages, the
+same ``Task.uncancel()`` accounting (an outside ``task.cancel()`` is never swallowed, and of
+nested timeouts expiring together only the outermost raises), the same exception chaining
+(3.13 also threads the TimeoutError into a foreign exception's context), and a deadline that
+has already passed is handed to ``loop.call_soon`` exactly as asyncio does, so it fires before
+the block's first ``await`` resumes. Only the clock work differs: the Timeout object *is* its
+wheel entry, so arming it allocates nothing more, leaving the block unlinks it in O(1), and
+``reschedule()`` to a later deadline rewrites one integer (the wheel's lazy re-file) instead of
+cancelling a heap handle and pushing another.
+
+Why not subclass ``asyncio.Timeout``: it is ``@final``, keeps a ``__dict__`` and drives a loop
+``TimerHandle``; the point here is to not have those on the path every request takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import sys
+from collections.abc import Awaitable
+from math import ceil
+from types import TracebackType
+from typing import TYPE_CHECKING, Final, TypeVar, final
+
+from ._handles import _Timed
+
+if TYPE_CHECKING:
+    from ._timer import Timer
+
+from ._errors import PendingLimitError
+
+__all__ = ["Timeout"]
+
+_T = TypeVar("_T")
+
+# 3.13 also inserts the TimeoutError into the context chain of a foreign exception raised
+# while the timeout was expiring (gh-113848); 3.11 and 3.12 only convert CancelledError.
+_get_running_loop: Final = asyncio._get_running_loop
+
+if sys.version_info >= (3, 12):
+    from _asyncio import current_task as _current_task  # the C function
+else:
+    # 3.11's asyncio.current_task is Python (~300 ns, a third of a timeout's cost); the
+    # registry it reads is the C accelerator's dict.
+    _current_tasks: Final[dict[asyncio.AbstractEventLoop, asyncio.Task[object]]] = (
+        asyncio.tasks._current_tasks  # type: ignore[attr-defined]
+    )
+
+    def _current_task(loop: asyncio.AbstractEventLoop) -> asyncio.Task[object] | None:
+        return _current_tasks.get(loop)
+
+
+_THREAD_TIMEOUT_INTO_FOREIGN_EXCEPTIONS: Final = sys.version_info >= (3, 13)
+
+
+class _State(enum.Enum):
+    # asyncio.timeouts._State, value for value (it is private and untyped, so not imported).
+    CREATED = "created"
+    ENTERED = "active"
+    EXPIRING = "expiring"
+    EXPIRED = "expired"
+    EXITED = "finished"
+
+
+_CREATED: Final = _State.CREATED
+_ENTERED: Final = _State.ENTERED
+_EXPIRING: Final = _State.EXPIRING
+_EXPIRED: Final = _State.EXPIRED
+_EXITED: Final = _State.EXITED
+
+
+@final
+class Timeout(_Timed):
+    """Asynchronous context manager that cancels the block it guards at a deadline.
+
+    Use :meth:`Timer.timeout` / :meth:`Timer.timeout_at` (or the module-level
+    :func:`aiowheel.timeout`) rather than instantiating it. Behaves exactly like
+    :class:`asyncio.Timeout`::
+
+        async with timer.timeout(10) as cm:
+            await long_running()
+            cm.reschedule(timer.time() + 10)   # push it back: O(1)
+    """
+
+    __slots__ = ("_cancelling", "_deadline", "_soon", "_state", "_task", "_timer")
+
+    _deadline: float | None
+    _state: _State
+    _task: asyncio.Task[object] | None
+    _timer: Timer
+    _cancelling: int
+    _soon: asyncio.Handle | None
+
+    def __init__(self, when: float | None, timer: Timer) -> None:
+        """Create a timeout for loop time ``when`` (None: never) on ``timer``."""
+        self._prev = None
+        self._next = None
+        self._tick = 0
+        self._when = 0.0
+        self._deadline = when
+        self._state = _CREATED
+        self._task = None
+        self._timer = timer
+        self._cancelling = 0
+        self._soon = None
+
+    def when(self) -> float | None:
+        """Return the current deadline (None if disabled)."""
+        return self._deadline
+
+    def reschedule(self, when: float | None) -> None:
+        """Move the deadline to loop time ``when`` (None disables it).
+
+        Moving it later is O(1) and does no heap or bucket work.
+        """
+        if self._state is not _ENTERED:
+            if self._state is _CREATED:
+                raise RuntimeError("Timeout has not been entered")
+            raise RuntimeError(f"Cannot change state of {self._state.value} Timeout")
+        # The idle-timeout pattern calls this on every read, so the loop check and the tick
+        # arithmetic of Timer._running_loop / Timer._tick_for are inlined.
+        timer = self._timer
+        loop = timer._loop
+        if _get_running_loop() is not loop or loop is None:
+            loop = timer._check_loop()
+        tick = 0
+        if when is not None:
+            try:
+                tick = ceil((when - timer._epoch) * timer._inverse_tick)
+            except (OverflowError, TypeError, ValueError):
+                tick = timer._tick_for(when)  # raises for a bad deadline: nothing changed
+        self._deadline = when
+        soon = self._soon
+        if soon is not None:
+            soon.cancel()
+            self._soon = None
+        if when is None:
+            timer._unfile(self)
+        elif when <= loop.time():
+            timer._unfile(self)
+            self._soon = loop.call_soon(self._on_timeout)
+        elif self._prev is not None:
+            self._when = when
+            if tick >= self._tick:
+                # Wheel.move's fast path, inlined: a later deadline only rewrites the tick;
+                # the entry is re-filed when its bucket comes due (see _wheel, "Lazy re-file").
+                self._tick = tick
+            elif timer._wheel.move(self, tick) < timer._armed:
+                timer._arm()
+        else:
+            timer._file(self, when)
+
+    def expired(self) -> bool:
+        """Is timeout expired during execution?"""
+        return self._state is _EXPIRING or self._state is _EXPIRED
+
+    def __repr__(self) -> str:
+        info = [""]
+        if self._state is _ENTERED:
+            when = round(self._deadline, 3) if self._deadline is not None else None
+            info.append(f"when={when}")
+        info_str = " ".join(info)
+        return f"<Timeout [{self._state.value}]{info_str}>"
+
+    async def __aenter__(self) -> Timeout:
+        """Arm the timeout around the block."""
+        if self._state is not _CREATED:
+            raise RuntimeError("Timeout has already been entered")
+        loop = _get_running_loop()
+        task = None if loop is None else _current_task(loop)
+        if task is None:
+            raise RuntimeError("Timeout should be used inside a task")
+        when = self._deadline
+        if when is not None:
+            # reschedule(when), minus the checks the constructor already made: the common
+            # case of a future deadline is one wheel insert. Filed before the state changes,
+            # so that a refusal (max_pending) leaves the timeout not entered.
+            timer = self._timer
+            loop = timer._loop
+            if _get_running_loop() is not loop or loop is None:
+                loop = timer._check_loop()
+            if when <= loop.time():
+                self._soon = loop.call_soon(self._on_timeout)
+            else:
+                # Timer._file, inlined (the constructor validated `when`).
+                wheel = timer._wheel
+                if wheel._count >= timer._limit:
+                    raise PendingLimitError(
+                        f"max_pending={timer._limit} timers are already pending"
+                    )
+                self._when = when
+                if wheel.insert(self, timer._tick_for(when)) < timer._armed:
+                    timer._arm()
+        self._state = _ENTERED
+        self._task = task
+        self._cancelling = task.cancelling()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        """Disarm; turn this timeout's own cancellation into TimeoutError."""
+        assert self._state in (_ENTERED, _EXPIRING)
+        if self._prev is not None:
+            self._timer._wheel.remove(self)
+        soon = self._soon
+        if soon is not None:
+            soon.cancel()
+            self._soon = None
+
+        if self._state is _EXPIRING:
+            self._state = _EXPIRED
+            task = self._task
+            assert task is not None
+            if _THREAD_TIMEOUT_INTO_FOREIGN_EXCEPTIONS:
+                if task.uncancel() <= self._cancelling and exc_type is not None:
+                    # Since there are no new cancel requests, we're handling this.
+                    if issubclass(exc_type, asyncio.CancelledError):
+                        raise TimeoutError from exc_val
+                    elif exc_val is not None:
+                        _insert_timeout_error(exc_val)
+                        if isinstance(exc_val, ExceptionGroup):
+                            for exc in exc_val.exceptions:
+                                _insert_timeout_error(exc)
+            elif task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+                # Since there are no new cancel requests, we're handling this.
+                raise TimeoutError from exc_val
+        elif self._state is _ENTERED:
+            self._state = _EXITED
+
+        return None
+
+    def _on_timeout(self) -> None:
+        if self._state is not _ENTERED:
+            return  # the block was left (or the deadline moved) after the firing was queued
+        task = self._task
+        assert task is not None
+        task.cancel()
+        self._state = _EXPIRING
+        self._soon = None
+
+    def _fire(self, timer: Timer) -> None:
+        self._on_timeout()
+
+    def _abandon(self, exc: BaseException | None) -> None:
+        # The timer closed under an active block: its deadline can no longer be enforced, and
+        # running on without one would be worse than stopping, so the task is cancelled.
+        task = self._task
+        if self._state is _ENTERED and task is not None:
+            task.cancel()
+
+
+def _insert_timeout_error(exc_val: BaseException) -> None:
+    # CPython 3.13's Timeout._insert_timeout_error.
+    while exc_val.__context__ is not None:
+        if isinstance(exc_val.__context__, asyncio.CancelledError):
+            te = TimeoutError()
+            te.__context__ = te.__cause__ = exc_val.__context__
+            exc_val.__context__ = te
+            break
+        exc_val = exc_val.__context__
+
+
+async def wait_for(timer: Timer, aw: Awaitable[_T], timeout: float | None) -> _T:  # noqa: ASYNC109
+    """``asyncio.wait_for`` with 3.12+ semantics, on ``timer``'s timeouts.
+
+    A coroutine runs in the caller's task (no extra task); ``timeout <= 0`` cancels at once
+    and raises TimeoutError unless the awaitable is already done; None waits forever.
+    """
+    if timeout is not None and timeout <= 0:
+        fut = asyncio.ensure_future(aw)
+        if fut.done():
+            return fut.result()
+        await _cancel_and_wait(fut)
+        try:
+            return fut.result()
+        except asyncio.CancelledError as exc:
+            raise TimeoutError from exc
+    async with timer.timeout(timeout):
+        return await aw
+
+
+async def _cancel_and_wait(fut: asyncio.Future[_T]) -> None:
+    """Cancel ``fut`` and wait until it is done, without being cancelled by it."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def release(_: object) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    fut.add_done_callback(release)
+    try:
+        fut.cancel()
+        await waiter
+    finally:
+        fut.remove_done_callback(release)
