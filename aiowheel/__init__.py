@@ -15,16 +15,20 @@ from ._default import (
 )
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import TimerHandle
+from ._periodic import Interval, PeriodicHandle, Watchdog
 from ._timeout import Timeout
 from ._timer import Timer, TimerStats
 
 __all__ = [
+    "Interval",
     "PendingLimitError",
+    "PeriodicHandle",
     "Timeout",
     "Timer",
     "TimerClosedError",
     "TimerHandle",
     "TimerStats",
+    "Watchdog",
     "call_at",
     "call_later",
     "get_timer",

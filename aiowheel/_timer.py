@@ -42,6 +42,14 @@ from typing import Any, Final, TypeVar
 
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import EMPTY_CONTEXT, Scheduled, Sleeper, TimerHandle, _Timed
+from ._periodic import (
+    Interval,
+    PeriodicHandle,
+    Watchdog,
+    _Schedule,
+    check_missed,
+    check_period,
+)
 from ._timeout import Timeout, wait_for
 from ._wheel import NEVER, Wheel
 
@@ -513,6 +521,69 @@ class Timer:
     async def wait_for(self, aw: Awaitable[_T], timeout: float | None) -> _T:  # noqa: ASYNC109
         """``asyncio.wait_for`` with the 3.12+ semantics on every version, on this timer."""
         return await wait_for(self, aw, timeout)
+
+    # -- heartbeats ---------------------------------------------------------------------------
+
+    def every(
+        self,
+        interval: float,
+        callback: Callable[..., object],
+        *args: object,
+        missed: str = "skip",
+        start: float | None = None,
+    ) -> PeriodicHandle:
+        """Run ``callback(*args)`` (sync or async) at a fixed rate, without drift.
+
+        The k-th run is due at ``start + k * interval`` (``start`` defaults to one interval
+        from now; pass ``timer.time()`` to run at once). ``missed`` is ``"skip"``,
+        ``"burst"`` or ``"delay"`` (see :mod:`aiowheel._periodic`).
+
+        >>> beat = timer.every(1.0, send_heartbeat)
+        >>> beat.cancel()
+        """
+        loop = self._running_loop()
+        interval = check_period("interval", interval)
+        check_missed(missed)
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        if start is None:
+            start = loop.time() + interval
+        self._tick_for(start)
+        handle = PeriodicHandle(
+            self, _Schedule(start, interval, missed), callback, args, contextvars.copy_context()
+        )
+        self._file(handle, start)
+        return handle
+
+    def interval(
+        self, period: float, *, missed: str = "skip", start: float | None = None
+    ) -> Interval:
+        """An async iterator yielding each tick's scheduled time, at a fixed rate.
+
+        >>> async for deadline in timer.interval(1.0):
+        ...     await send_heartbeat()
+        """
+        loop = self._running_loop()
+        period = check_period("period", period)
+        check_missed(missed)
+        if start is None:
+            start = loop.time() + period
+        self._tick_for(start)
+        return Interval(self, _Schedule(start, period, missed))
+
+    def watchdog(self, timeout: float, on_expire: Callable[..., object], *args: object) -> Watchdog:
+        """Run ``on_expire(*args)`` (sync or async) once, if not fed within ``timeout`` s.
+
+        >>> dog = timer.watchdog(3.0, connection.close)
+        >>> dog.feed()   # on every message from the peer
+        """
+        self._running_loop()
+        timeout = check_period("timeout", timeout)
+        if not callable(on_expire):
+            raise TypeError(f"on_expire must be callable, got {type(on_expire).__name__}")
+        dog = Watchdog(self, timeout, on_expire, args, contextvars.copy_context())
+        self._file(dog, dog._when)
+        return dog
 
     # -- the delay queue and the reaper --------------------------------------------------------
 

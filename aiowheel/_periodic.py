@@ -1,0 +1,346 @@
+"""Heartbeats: fixed-rate periodic callbacks, an interval iterator, and a watchdog.
+
+Fixed rate, no drift. The k-th deadline of a schedule is ``start + k * interval``, computed
+from the start every time, never by adding the interval to "now" (which would carry every
+run's lateness into all later ones): after 10,000 ticks the schedule is where it should be.
+
+Missed ticks. When the loop was blocked past one or more deadlines, the policy decides what
+happens (the three of tokio's ``MissedTickBehavior``):
+
+- ``"burst"``: run every missed tick, back to back, then go on with the original schedule;
+- ``"delay"``: run once now and restart the schedule from now (``start = now``);
+- ``"skip"`` (default): run once now and continue at the next multiple of the interval that
+  is still in the future; the skipped ticks are counted.
+
+A periodic handle is one wheel entry that re-files itself after each run; cancelling it is
+O(1). A watchdog is one wheel entry whose deadline :meth:`Watchdog.feed` pushes back, which is
+the wheel's lazy re-file: O(1), no heap or bucket work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import math
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from ._handles import _Timed
+
+if TYPE_CHECKING:
+    from ._timer import Timer
+
+__all__ = ["MISSED_TICK_POLICIES", "Interval", "PeriodicHandle", "Watchdog"]
+
+MISSED_TICK_POLICIES: Final = ("burst", "delay", "skip")
+
+
+def check_period(name: str, value: float) -> float:
+    """``value`` as a float if it is a positive, finite number of seconds; else raise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def check_missed(missed: str) -> str:
+    """``missed`` if it names a policy; else ValueError listing the valid ones."""
+    if missed not in MISSED_TICK_POLICIES:
+        raise ValueError(
+            f"missed must be one of {', '.join(map(repr, MISSED_TICK_POLICIES))}, got {missed!r}"
+        )
+    return missed
+
+
+class _Schedule:
+    """The arithmetic of a fixed-rate schedule: deadline k is ``start + k * interval``."""
+
+    __slots__ = ("interval", "k", "missed", "skipped", "start")
+
+    def __init__(self, start: float, interval: float, missed: str) -> None:
+        self.start = start
+        self.interval = interval
+        self.missed = missed
+        self.k = 0
+        self.skipped = 0
+
+    def deadline(self) -> float:
+        """The current (k-th) deadline."""
+        return self.start + self.k * self.interval
+
+    def advance(self, now: float) -> None:
+        """The current deadline has been served at ``now``: move k to the next one."""
+        self.k += 1
+        next_deadline = self.start + self.k * self.interval
+        if next_deadline > now or self.missed == "burst":
+            return
+        if self.missed == "delay":
+            self.start = now
+            self.k = 1
+            return
+        # skip: the first multiple strictly after now.
+        behind = math.floor((now - self.start) / self.interval) + 1
+        while self.start + behind * self.interval <= now:
+            behind += 1  # float rounding in the division
+        self.skipped += behind - self.k
+        self.k = behind
+
+
+class _Runner(_Timed):
+    """A wheel entry that runs a user callback, sync or async, when it fires."""
+
+    __slots__ = ("_args", "_callback", "_context", "_run", "_timer")
+
+    _callback: Callable[..., Any]
+    _args: tuple[object, ...]
+    _context: contextvars.Context
+    _run: asyncio.Task[Any] | None
+    _timer: Timer
+
+    def __init__(
+        self,
+        timer: Timer,
+        when: float,
+        callback: Callable[..., Any],
+        args: tuple[object, ...],
+        context: contextvars.Context,
+    ) -> None:
+        super().__init__()
+        self._when = when
+        self._timer = timer
+        self._callback = callback
+        self._args = args
+        self._context = context
+        self._run = None
+
+    def _active(self) -> bool:
+        """Whether a queued sync run should still happen."""
+        raise NotImplementedError
+
+    def _running(self) -> bool:
+        run = self._run
+        return run is not None and not run.done()
+
+    def _start_run(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Each run gets its own copy of the captured context, as separate loop callbacks do.
+        callback = self._callback
+        if asyncio.iscoroutinefunction(callback):
+            task = loop.create_task(callback(*self._args), context=self._context.copy())
+            task.add_done_callback(self._on_run_done)
+            self._run = task
+        else:
+            loop.call_soon(self._run_sync, context=self._context.copy())
+
+    def _run_sync(self) -> None:
+        if not self._active():
+            return
+        try:
+            result = self._callback(*self._args)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._report(asyncio.get_running_loop(), exc)
+            return
+        if asyncio.iscoroutine(result):  # an async callable that is not a coroutine function
+            task = asyncio.get_running_loop().create_task(result)
+            task.add_done_callback(self._on_run_done)
+            self._run = task
+
+    def _on_run_done(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled():
+            exc = task.exception()
+            if exc is not None:
+                self._report(task.get_loop(), exc)
+
+    def _report(self, loop: asyncio.AbstractEventLoop, exc: BaseException) -> None:
+        loop.call_exception_handler(
+            {
+                "message": f"Exception in {type(self).__name__} callback {self._callback!r}",
+                "exception": exc,
+                "handle": self,
+            }
+        )
+
+    def _cancel_run(self) -> None:
+        run = self._run
+        if run is not None and not run.done():
+            run.cancel()
+
+
+class PeriodicHandle(_Runner):
+    """A callback run at a fixed rate by :meth:`Timer.every`.
+
+    The callback may be a plain function or an async one. An async run that is still going
+    when the next tick comes due is left alone and that tick is skipped (counted in
+    :attr:`skipped`), so runs never overlap. A callback that raises is reported to the loop's
+    exception handler and the schedule goes on.
+    """
+
+    __slots__ = ("_cancelled", "_count", "_schedule")
+
+    _schedule: _Schedule
+    _count: int
+    _cancelled: bool
+
+    def __init__(
+        self,
+        timer: Timer,
+        schedule: _Schedule,
+        callback: Callable[..., Any],
+        args: tuple[object, ...],
+        context: contextvars.Context,
+    ) -> None:
+        super().__init__(timer, schedule.deadline(), callback, args, context)
+        self._schedule = schedule
+        self._count = 0
+        self._cancelled = False
+
+    @property
+    def count(self) -> int:
+        """How many runs have been started."""
+        return self._count
+
+    @property
+    def skipped(self) -> int:
+        """How many ticks were not run: missed under ``"skip"``, or overlapping a run."""
+        return self._schedule.skipped
+
+    def next_deadline(self) -> float | None:
+        """The loop time of the next run, or None once cancelled."""
+        return None if self._cancelled else self._when
+
+    def cancel(self) -> bool:
+        """Stop future runs (and cancel an async run in progress). True if this call did it."""
+        if self._cancelled:
+            return False
+        self._cancelled = True
+        self._timer._unfile(self)
+        self._cancel_run()
+        return True
+
+    def cancelled(self) -> bool:
+        """True once cancelled (or its timer closed)."""
+        return self._cancelled
+
+    def __repr__(self) -> str:
+        state = "cancelled" if self._cancelled else f"next={self._when!r}"
+        return f"<PeriodicHandle every={self._schedule.interval!r} {state} count={self._count}>"
+
+    def _active(self) -> bool:
+        return not self._cancelled
+
+    def _fire(self, timer: Timer) -> None:
+        loop = timer._running_loop()
+        if self._running():
+            self._schedule.skipped += 1  # the previous async run is still going
+        else:
+            self._count += 1
+            self._start_run(loop)
+        self._schedule.advance(loop.time())
+        timer._file(self, self._schedule.deadline())
+
+    def _abandon(self, exc: BaseException | None) -> None:
+        self._cancelled = True
+        self._cancel_run()
+
+
+class Watchdog(_Runner):
+    """Runs ``on_expire`` once if :meth:`feed` is not called within ``timeout`` seconds.
+
+    The "peer is dead" half of heartbeats: feed it on every message from the peer.
+    """
+
+    __slots__ = ("_state", "_timeout")
+
+    _timeout: float
+    _state: str
+
+    def __init__(
+        self,
+        timer: Timer,
+        timeout: float,
+        callback: Callable[..., Any],
+        args: tuple[object, ...],
+        context: contextvars.Context,
+    ) -> None:
+        super().__init__(timer, timer.time() + timeout, callback, args, context)
+        self._timeout = timeout
+        self._state = "armed"
+
+    @property
+    def timeout(self) -> float:
+        """Seconds of silence after which it expires."""
+        return self._timeout
+
+    def when(self) -> float | None:
+        """The loop time at which it expires unless fed, or None once expired or cancelled."""
+        return self._when if self._state == "armed" else None
+
+    def feed(self) -> bool:
+        """Push the deadline to now + timeout. O(1): no heap or bucket work.
+
+        Returns False (and does nothing) if the watchdog already expired or was cancelled.
+        """
+        if self._prev is None:
+            return False
+        timer = self._timer
+        timer._move(self, timer._running_loop().time() + self._timeout)
+        return True
+
+    def cancel(self) -> bool:
+        """Disarm it (and cancel a running async ``on_expire``). True if this call did it."""
+        if self._state == "cancelled":
+            return False
+        if self._state == "expired" and not self._running():
+            return False
+        self._state = "cancelled"
+        self._timer._unfile(self)
+        self._cancel_run()
+        return True
+
+    def expired(self) -> bool:
+        """True once it has expired (``on_expire`` was started)."""
+        return self._state == "expired"
+
+    def __repr__(self) -> str:
+        return f"<Watchdog timeout={self._timeout!r} {self._state}>"
+
+    def _active(self) -> bool:
+        return self._state == "expired"
+
+    def _fire(self, timer: Timer) -> None:
+        self._state = "expired"
+        self._start_run(timer._running_loop())
+
+    def _abandon(self, exc: BaseException | None) -> None:
+        self._state = "cancelled"
+
+
+class Interval(AsyncIterator[float]):
+    """``async for deadline in timer.interval(period): ...``: yields each tick's scheduled time.
+
+    Sleeping between ticks is the only time it holds a timer, so leaving the loop (``break``)
+    or cancelling the consuming task leaves nothing pending.
+    """
+
+    __slots__ = ("_schedule", "_timer")
+
+    def __init__(self, timer: Timer, schedule: _Schedule) -> None:
+        self._timer = timer
+        self._schedule = schedule
+
+    @property
+    def skipped(self) -> int:
+        """Ticks skipped under the ``"skip"`` policy."""
+        return self._schedule.skipped
+
+    def __aiter__(self) -> Interval:
+        return self
+
+    async def __anext__(self) -> float:
+        schedule = self._schedule
+        deadline = schedule.deadline()
+        await self._timer.sleep_until(deadline)
+        schedule.advance(self._timer.time())
+        return deadline
