@@ -149,8 +149,6 @@ def test_watchdog_fires_once_when_not_fed() -> None:
 
 # -- on the real loops --------------------------------------------------------------------------
 
-pytestmark_anyio = pytest.mark.anyio
-
 
 @pytest.mark.anyio
 async def test_every_runs_at_fixed_rate_on_the_real_loop() -> None:
