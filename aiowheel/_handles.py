@@ -76,11 +76,10 @@ class TimerHandle(_Timed):
         context: contextvars.Context,
         wheel: Wheel,
     ) -> None:
-        # Every slot is set here, the base's included, with no super().__init__() call: this
-        # runs once per call_later, where one Python-level call is ~10% of the cost.
+        # Every slot is set here with no super().__init__() call (this runs once per
+        # call_later, where one Python-level call is ~10% of the cost), except _next and
+        # _tick, which the wheel sets on insert and nothing reads while _prev is None.
         self._prev = None
-        self._next = None
-        self._tick = 0
         self._when = when
         self._callback = callback
         self._args = args
@@ -113,24 +112,26 @@ class TimerHandle(_Timed):
         return f"<TimerHandle when={self._when!r}{callback} {state}>"
 
     def _fire(self, timer: Timer) -> None:
-        # Run through loop.call_soon, not inside the reaper task: the callback then runs exactly
-        # as a loop.call_at callback does (no current task, KeyboardInterrupt and SystemExit
-        # leave run_forever, and nothing it does can hurt the reaper).
+        # Queued for Timer._run_ready, which runs in a loop callback, not inside the reaper
+        # task: the callback runs exactly as a loop.call_at callback does (no current task,
+        # the loop's exception handler, KeyboardInterrupt leaves the loop) and nothing it
+        # does can hurt the reaper. One loop callback per batch, not one per timer.
         self._tick = _DISPATCHED
-        context = self._context
-        if context is EMPTY_CONTEXT:
-            context = contextvars.Context()
-        timer._loop_call_soon(self._run, context=context)
+        timer._ready.append(self)
 
     def _run(self) -> None:
+        """Run the callback now, in its context, reporting an exception like the loop does."""
         if self._tick != _DISPATCHED:
             return  # cancelled after it was dispatched
         self._tick = _RAN
         callback = self._callback
         args = self._args
         assert callback is not None and args is not None
+        context = self._context
+        if context is EMPTY_CONTEXT:
+            context = contextvars.Context()  # a fresh one per run: nothing leaks between runs
         try:
-            callback(*args)
+            context.run(callback, *args)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:

@@ -284,8 +284,9 @@ class Watchdog(_Runner):
         """
         if self._prev is None:
             return False
-        timer = self._timer
-        timer._move(self, timer._running_loop().time() + self._timeout)
+        # Only the exact deadline moves: the entry keeps its bucket and wheel tick, and the
+        # reaper re-files it from `_when` when that bucket comes due (the lazy re-file).
+        self._when = self._timer._running_loop().time() + self._timeout
         return True
 
     def cancel(self) -> bool:

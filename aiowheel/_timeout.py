@@ -97,10 +97,9 @@ class Timeout(_Timed):
 
     def __init__(self, when: float | None, timer: Timer) -> None:
         """Create a timeout for loop time ``when`` (None: never) on ``timer``."""
+        # _next, _tick and _when are set when the wheel takes it: one store each saved on
+        # the path every request takes (nothing reads them while _prev is None).
         self._prev = None
-        self._next = None
-        self._tick = 0
-        self._when = 0.0
         self._deadline = when
         self._state = _CREATED
         self._task = None
@@ -121,18 +120,23 @@ class Timeout(_Timed):
             if self._state is _CREATED:
                 raise RuntimeError("Timeout has not been entered")
             raise RuntimeError(f"Cannot change state of {self._state.value} Timeout")
-        # The idle-timeout pattern calls this on every read, so the loop check and the tick
-        # arithmetic of Timer._running_loop / Timer._tick_for are inlined.
+        # The idle-timeout pattern calls this on every read, so the loop check is inlined
+        # and a later deadline costs one comparison and two stores: the entry keeps its
+        # bucket and wheel tick, and the reaper re-files it from `_when` when that bucket
+        # comes due (the wheel's lazy re-file, one level up: not even the tick is computed).
         timer = self._timer
         loop = timer._loop
         if _get_running_loop() is not loop or loop is None:
             loop = timer._check_loop()
-        tick = 0
-        if when is not None:
+        if self._prev is not None:  # (then _soon is None: the two never coexist)
             try:
-                tick = ceil((when - timer._epoch) * timer._inverse_tick)
-            except (OverflowError, TypeError, ValueError):
-                tick = timer._tick_for(when)  # raises for a bad deadline: nothing changed
+                later = when is not None and when >= self._when
+            except TypeError:
+                later = False  # the general path below names the problem
+            if later and when > timer._clock():  # type: ignore[operator]
+                self._deadline = self._when = when  # type: ignore[assignment]
+                return
+        tick = 0 if when is None else timer._tick_for(when)  # a bad deadline changes nothing
         self._deadline = when
         soon = self._soon
         if soon is not None:
@@ -145,11 +149,7 @@ class Timeout(_Timed):
             self._soon = loop.call_soon(self._on_timeout)
         elif self._prev is not None:
             self._when = when
-            if tick >= self._tick:
-                # Wheel.move's fast path, inlined: a later deadline only rewrites the tick;
-                # the entry is re-filed when its bucket comes due (see _wheel, "Lazy re-file").
-                self._tick = tick
-            elif timer._wheel.move(self, tick) < timer._armed:
+            if timer._wheel.move(self, tick) < timer._armed:
                 timer._arm()
         else:
             timer._file(self, when)
@@ -180,10 +180,9 @@ class Timeout(_Timed):
             # case of a future deadline is one wheel insert. Filed before the state changes,
             # so that a refusal (max_pending) leaves the timeout not entered.
             timer = self._timer
-            loop = timer._loop
-            if _get_running_loop() is not loop or loop is None:
+            if loop is None or loop is not timer._loop:
                 loop = timer._check_loop()
-            if when <= loop.time():
+            if when <= timer._clock():
                 self._soon = loop.call_soon(self._on_timeout)
             else:
                 # Timer._file, inlined (the constructor validated `when`).
@@ -193,7 +192,11 @@ class Timeout(_Timed):
                         f"max_pending={timer._limit} timers are already pending"
                     )
                 self._when = when
-                if wheel.insert(self, timer._tick_for(when)) < timer._armed:
+                try:
+                    tick = ceil((when - timer._epoch) * timer._inverse_tick)
+                except OverflowError:
+                    tick = timer._tick_for(when)  # +-inf
+                if wheel.insert(self, tick) < timer._armed:
                     timer._arm()
         self._state = _ENTERED
         self._task = task

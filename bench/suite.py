@@ -1,0 +1,480 @@
+"""The head-to-head suite behind ``python -m bench``: run, tabulate, judge, save, plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import workloads as w
+
+CONTENDERS = ("aiowheel/asyncio", "loop/asyncio", "aiowheel/uvloop", "loop/uvloop", "floor")
+WORKLOADS = ("core", "churn", "timeout", "reschedule", "fanout", "storm", "memory", "idle")
+# Which contenders each workload has (the floor only where it means something).
+APPLIES = {
+    "core": ("floor", "aiowheel/asyncio"),
+    "churn": CONTENDERS,
+    "timeout": CONTENDERS[:4],
+    "reschedule": CONTENDERS[:4],
+    "fanout": CONTENDERS[:4],
+    "storm": CONTENDERS[:4],
+    "memory": CONTENDERS[:4],
+    "idle": ("aiowheel/asyncio", "aiowheel/uvloop"),
+}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    repeats: int
+    churn_pending: tuple[int, ...]
+    churn_ops: int
+    core_pending: tuple[int, ...]
+    core_ops: int
+    cm_ops: int
+    reschedule_ops: int
+    fanout_tasks: int
+    fanout_spread: float
+    storm_timers: int
+    storm_window: float
+    light_storm_timers: int
+    light_storm_window: float
+    memory_count: int
+    idle_timers: int
+    idle_seconds: float
+
+
+MODES = {
+    "full": Sizes(5, (1_000, 100_000, 1_000_000, 10_000_000), 300_000, (1_000, 1_000_000),
+                  500_000, 300_000, 500_000, 50_000, 0.3, 200_000, 0.5, 20_000, 2.0, 100_000,
+                  1_000_000, 2.0),
+    "quick": Sizes(3, (1_000, 100_000, 1_000_000), 60_000, (1_000, 1_000_000), 100_000,
+                   60_000, 100_000, 50_000, 0.3, 100_000, 0.25, 5_000, 0.5, 20_000, 100_000,
+                   0.3),
+    "tiny": Sizes(1, (100,), 2_000, (100,), 2_000, 2_000, 2_000, 200, 0.01, 500, 0.02, 200,
+                  0.02, 500, 100, 0.05),
+}  # fmt: skip
+
+
+@dataclass
+class Results:
+    """raw[workload][param][contender][metric] -> one value per repeat."""
+
+    raw: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = field(default_factory=dict)
+
+    def add(self, workload: str, param: str, contender: str, values: dict[str, float]) -> None:
+        slot = self.raw.setdefault(workload, {}).setdefault(param, {}).setdefault(contender, {})
+        for metric, value in values.items():
+            slot.setdefault(metric, []).append(value)
+
+    def median(self, workload: str, param: str, contender: str, metric: str) -> float | None:
+        values = self.raw.get(workload, {}).get(param, {}).get(contender, {}).get(metric)
+        return statistics.median(values) if values else None
+
+
+def _uvloop_available() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="smaller sizes, 3 repeats (<60 s)")
+    mode.add_argument("--tiny", action="store_true", help="smoke-test sizes (seconds)")
+    parser.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated, from: {', '.join(WORKLOADS)}",
+    )
+    parser.add_argument(
+        "--contenders",
+        default=",".join(CONTENDERS),
+        help=f"comma-separated, from: {', '.join(CONTENDERS)}",
+    )
+    parser.add_argument(
+        "--out", default="bench/results", help="directory for bench.json and bench.png"
+    )
+    parser.add_argument("--repeats", type=int, default=None, help="override the repeat count")
+    args = parser.parse_args(argv)  # fmt: skip
+    for name, valid in (("workloads", WORKLOADS), ("contenders", CONTENDERS)):
+        chosen = [x.strip() for x in getattr(args, name).split(",") if x.strip()]
+        unknown = [x for x in chosen if x not in valid]
+        if unknown or not chosen:
+            parser.error(
+                f"unknown {name[:-1]} {', '.join(map(repr, unknown)) or '(none given)'}; "
+                f"valid {name}: {', '.join(valid)}"
+            )
+        setattr(args, name, chosen)
+    if args.repeats is not None and args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    mode = "tiny" if args.tiny else "quick" if args.quick else "full"
+    sizes = MODES[mode]
+    if args.repeats:
+        sizes = Sizes(args.repeats, *list(vars(sizes).values())[1:])
+    contenders = list(args.contenders)
+    if not _uvloop_available():
+        skipped = [c for c in contenders if c.endswith("/uvloop")]
+        if skipped:
+            print(f"uvloop is not installed: skipping {', '.join(skipped)}", flush=True)
+        contenders = [c for c in contenders if not c.endswith("/uvloop")]
+    if mode == "full" and 10_000_000 in sizes.churn_pending and not _memory_allows(10_000_000):
+        print("not enough memory for churn at 10M pending: skipping that size", flush=True)
+        sizes = Sizes(sizes.repeats, sizes.churn_pending[:-1], *list(vars(sizes).values())[2:])
+
+    started = time.perf_counter()
+    results = Results()
+    print(f"aiowheel bench ({mode}): {sizes.repeats} repeats, contenders alternate in each",
+          flush=True)  # fmt: skip
+    for workload in args.workloads:
+        workload_started = time.perf_counter()
+        for param, jobs in _jobs(workload, sizes).items():
+            for rep in range(sizes.repeats):
+                for contender in APPLIES[workload]:
+                    if contender not in contenders:
+                        continue
+                    values = jobs(contender)
+                    results.add(workload, param, contender, values)
+                    shown = ", ".join(f"{k}={_fmt(v)}" for k, v in values.items())
+                    print(f"  [{workload} {param}] rep {rep + 1}/{sizes.repeats} "
+                          f"{contender:<17} {shown}", flush=True)  # fmt: skip
+        print(f"  ({workload}: {time.perf_counter() - workload_started:.1f} s)", flush=True)
+    elapsed = time.perf_counter() - started
+
+    rows = table(results)
+    goals = judge(results)
+    print()
+    print(render(rows))
+    print()
+    for goal in goals:
+        print(f"  [{'met' if goal['met'] else 'MISSED' if goal['met'] is False else 'n/a'}] "
+              f"{goal['goal']}: {goal['measured']}")  # fmt: skip
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    document = {
+        "mode": mode,
+        "seconds": round(elapsed, 1),
+        "environment": environment(),
+        "sizes": vars(sizes),
+        "medians": rows,
+        "goals": goals,
+        "raw": results.raw,
+    }
+    (out / "bench.json").write_text(json.dumps(document, indent=2))
+    print(f"\nwrote {out / 'bench.json'}", end="")
+    if plot(results, out / "bench.png"):
+        print(f" and {out / 'bench.png'}", end="")
+    print(f" ({elapsed:.0f} s)")
+    return 0
+
+
+def _memory_allows(pending: int) -> bool:
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return False
+    return available > pending * 1500  # uvloop's handles are ~520 B; leave ample margin
+
+
+def _loop(contender: str) -> str:
+    return contender.split("/")[1]
+
+
+def _kind(contender: str) -> str:
+    return contender.split("/")[0]
+
+
+def _jobs(workload: str, s: Sizes) -> dict[str, Callable[[str], dict[str, float]]]:
+    """For each parameter value of a workload: contender -> {metric: value}."""
+
+    def churn(pending: int) -> Callable[[str], dict[str, float]]:
+        def job(c: str) -> dict[str, float]:
+            if c == "floor":
+                return {"ops_per_s": w.churn_floor(pending, s.churn_ops)}
+            return {"ops_per_s": w.run(_loop(c), lambda: w.churn(_kind(c), pending, s.churn_ops))}
+
+        return job
+
+    def core(pending: int) -> Callable[[str], dict[str, float]]:
+        def job(c: str) -> dict[str, float]:
+            if c == "floor":
+                return {"ops_per_s": w.churn_floor(pending, s.core_ops)}
+            return {"ops_per_s": w.core(pending, s.core_ops)}
+
+        return job
+
+    def simple(metric: str, factory: Callable[[str], Any]) -> Callable[[str], dict[str, float]]:
+        def job(c: str) -> dict[str, float]:
+            value = w.run(_loop(c), lambda: factory(_kind(c)))
+            return value if isinstance(value, dict) else {metric: value}
+
+        return job
+
+    if workload == "core":
+        return {f"pending={p:,}": core(p) for p in s.core_pending}
+    if workload == "churn":
+        return {f"pending={p:,}": churn(p) for p in s.churn_pending}
+    if workload == "timeout":
+        return {"empty body": simple("ops_per_s", lambda k: w.timeout_cm(k, s.cm_ops))}
+    if workload == "reschedule":
+        return {"later": simple("ops_per_s", lambda k: w.reschedule(k, s.reschedule_ops))}
+    if workload == "fanout":
+        return {
+            f"{s.fanout_tasks:,} tasks": simple(
+                "wall_s", lambda k: w.fanout(k, s.fanout_tasks, s.fanout_spread)
+            )
+        }
+    if workload == "storm":
+        return {
+            f"{s.storm_timers:,} in {s.storm_window}s": simple(
+                "", lambda k: w.storm(k, s.storm_timers, s.storm_window)
+            ),
+            f"{s.light_storm_timers:,} in {s.light_storm_window}s": simple(
+                "", lambda k: w.storm(k, s.light_storm_timers, s.light_storm_window)
+            ),
+        }
+    if workload == "memory":
+        return {"per timer": simple("", lambda k: w.memory(k, s.memory_count))}
+    if workload == "idle":
+        return {
+            f"{s.idle_timers:,} x 60s, {s.idle_seconds}s idle": simple(
+                "wakeups", lambda k: w.idle(s.idle_timers, s.idle_seconds)
+            )
+        }
+    raise AssertionError(workload)
+
+
+# -- reporting -------------------------------------------------------------------------------
+
+
+def table(results: Results) -> list[dict[str, Any]]:
+    """One row per (workload, parameter, metric, loop): aiowheel, baseline, ratio, floor."""
+    rows: list[dict[str, Any]] = []
+    for workload, params in results.raw.items():
+        for param, by_contender in params.items():
+            metrics = sorted({m for values in by_contender.values() for m in values})
+            for metric in metrics:
+                for loop in ("asyncio", "uvloop"):
+                    ours = results.median(workload, param, f"aiowheel/{loop}", metric)
+                    base = results.median(workload, param, f"loop/{loop}", metric)
+                    floor = results.median(workload, param, "floor", metric)
+                    if ours is None and base is None:
+                        continue
+                    rows.append({
+                        "workload": workload, "param": param, "metric": metric, "loop": loop,
+                        "aiowheel": ours, "baseline": base, "floor": floor,
+                        "ratio": _ratio(metric, ours, base),
+                        "vs_floor": None if ours is None or not floor else ours / floor,
+                    })  # fmt: skip
+    return rows
+
+
+_LOWER_IS_BETTER = ("wall_s", "bytes", "_ms", "early", "wakeups")
+
+
+def _ratio(metric: str, ours: float | None, base: float | None) -> float | None:
+    """aiowheel / baseline, for the metric's own sense (bytes: ours/theirs; speed: ours/theirs;
+    time: theirs/ours is not used, to keep one convention: the raw quotient ours/baseline)."""
+    if ours is None or base is None or base == 0:
+        return None
+    return ours / base
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    header = ("workload", "parameter", "metric", "loop", "aiowheel", "loop's own", "ratio",
+              "floor", "vs floor")  # fmt: skip
+    lines = [header]
+    for r in rows:
+        lines.append((
+            r["workload"], r["param"], r["metric"], r["loop"], _fmt(r["aiowheel"]),
+            _fmt(r["baseline"]), "" if r["ratio"] is None else f"{r['ratio']:.2f}x",
+            _fmt(r["floor"]), "" if r["vs_floor"] is None else f"{r['vs_floor']:.2f}x",
+        ))  # fmt: skip
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    out = []
+    for i, line in enumerate(lines):
+        out.append("  ".join(str(cell).ljust(widths[j]) for j, cell in enumerate(line)))
+        if i == 0:
+            out.append("  ".join("-" * width for width in widths))
+    return "\n".join(out)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if abs(value) >= 1e4:
+        return f"{value / 1e3:.0f}k"
+    if value == int(value):
+        return f"{int(value)}"
+    return f"{value:.3g}"
+
+
+def judge(results: Results) -> list[dict[str, Any]]:
+    """The goals of the bench issue, each met / missed / n/a with the figures behind it."""
+    goals: list[dict[str, Any]] = []
+
+    def m(workload: str, param: str, contender: str, metric: str) -> float | None:
+        return results.median(workload, param, contender, metric)
+
+    def goal(text: str, met: bool | None, measured: str) -> None:
+        goals.append({"goal": text, "met": met, "measured": measured})
+
+    def ratio_goal(text: str, ours: float | None, base: float | None, need: float,
+                   higher: bool = True) -> None:  # fmt: skip
+        if ours is None or base is None:
+            goal(text, None, "not measured")
+            return
+        r = ours / base
+        goal(text, r >= need if higher else r <= need, f"{r:.2f}x")
+
+    churn = results.raw.get("churn", {})
+    top = max(churn, key=lambda p: int(p.split("=")[1].replace(",", "")), default=None)
+    big = "pending=1,000,000" if "pending=1,000,000" in churn else top
+    small = "pending=1,000"
+    if big:
+        for loop, need in (("asyncio", 3.0), ("uvloop", 2.0)):
+            ratio_goal(f"churn @{big[8:]} >= {need:g}x loop.call_later on {loop}",
+                       m("churn", big, f"aiowheel/{loop}", "ops_per_s"),
+                       m("churn", big, f"loop/{loop}", "ops_per_s"), need)  # fmt: skip
+        ratio_goal(f"churn @{big[8:]} >= 0.85x aiowheel's own @1,000",
+                   m("churn", big, "aiowheel/asyncio", "ops_per_s"),
+                   m("churn", small, "aiowheel/asyncio", "ops_per_s"), 0.85)  # fmt: skip
+        ratio_goal(f"churn @{big[8:]} >= 0.4x the pure-Python floor",
+                   m("churn", big, "aiowheel/asyncio", "ops_per_s"),
+                   m("churn", big, "floor", "ops_per_s"), 0.4)  # fmt: skip
+    for p in results.raw.get("core", {}):
+        ratio_goal(f"core add+remove @{p[8:]} >= 0.6x the floor",
+                   m("core", p, "aiowheel/asyncio", "ops_per_s"),
+                   m("core", p, "floor", "ops_per_s"), 0.6)  # fmt: skip
+    for p in results.raw.get("fanout", {}):
+        for loop in ("asyncio", "uvloop"):
+            ratio_goal(f"sleep fan-out wall time <= 0.8x asyncio.sleep's on {loop}",
+                       m("fanout", p, f"aiowheel/{loop}", "wall_s"),
+                       m("fanout", p, f"loop/{loop}", "wall_s"), 0.8, higher=False)  # fmt: skip
+    for loop in ("asyncio", "uvloop"):
+        ratio_goal(f"timeout CM >= 2x asyncio.timeout on {loop}",
+                   m("timeout", "empty body", f"aiowheel/{loop}", "ops_per_s"),
+                   m("timeout", "empty body", f"loop/{loop}", "ops_per_s"), 2.0)  # fmt: skip
+        ratio_goal(f"reschedule-later >= 5x asyncio's on {loop}",
+                   m("reschedule", "later", f"aiowheel/{loop}", "ops_per_s"),
+                   m("reschedule", "later", f"loop/{loop}", "ops_per_s"), 5.0)  # fmt: skip
+        ratio_goal(f"bytes per pending call_later <= 0.75x the loop's on {loop}",
+                   m("memory", "per timer", f"aiowheel/{loop}", "call_later_bytes"),
+                   m("memory", "per timer", f"loop/{loop}", "call_later_bytes"), 0.75,
+                   higher=False)  # fmt: skip
+    for index, p in enumerate(results.raw.get("storm", {})):
+        for loop in ("asyncio", "uvloop"):
+            early = m("storm", p, f"aiowheel/{loop}", "early")
+            theirs = m("storm", p, f"loop/{loop}", "early")
+            if early is not None:
+                goal(f"fire storm on {loop}: 0 early firings", early == 0,
+                     f"aiowheel {early:g}, loop's own {_fmt(theirs)}")  # fmt: skip
+            p99 = m("storm", p, f"aiowheel/{loop}", "p99_ms")
+            if p99 is not None and index == 1:  # the light storm: a loop not overloaded
+                goal(
+                    f"fire storm on {loop}: p99 lateness <= tick + 1 ms (2 ms)",
+                    p99 <= 2.0,
+                    f"p99 {p99:.2f} ms (loop's own "
+                    f"{_fmt(m('storm', p, f'loop/{loop}', 'p99_ms'))} ms)",
+                )
+    for p in results.raw.get("idle", {}):
+        for loop in ("asyncio", "uvloop"):
+            wakes = m("idle", p, f"aiowheel/{loop}", "wakeups")
+            if wakes is not None:
+                goal(f"idle on {loop}: 0 reaper wake-ups", wakes == 0, f"{wakes:g}")
+    return goals
+
+
+def environment() -> dict[str, Any]:
+    import aiowheel
+
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or _cpu_model(),
+        "cpus": os.cpu_count(),
+        "system": f"{platform.system()} {platform.release()}",
+        "aiowheel": aiowheel.__version__,
+    }
+    try:
+        import uvloop
+
+        env["uvloop"] = uvloop.__version__
+    except ImportError:
+        env["uvloop"] = None
+    return env
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def plot(results: Results, path: Path) -> bool:
+    """ops/s against pending (log x), one line per contender, and a lateness panel."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[bench]'): no plot", flush=True)
+        return False
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    churn = results.raw.get("churn", {})
+    params = sorted(churn, key=lambda p: int(p.split("=")[1].replace(",", "")))
+    xs = [int(p.split("=")[1].replace(",", "")) for p in params]
+    for contender in CONTENDERS:
+        ys = [results.median("churn", p, contender, "ops_per_s") for p in params]
+        if any(y is not None for y in ys):
+            left.plot(xs, [y or float("nan") for y in ys], marker="o", label=contender,
+                      linestyle="--" if contender == "floor" else "-")  # fmt: skip
+    left.set_xscale("log")
+    left.set_xlabel("timers pending")
+    left.set_ylabel("call_later + cancel per second")
+    left.set_title("Churn: arm 30 s out, cancel an older one")
+    left.grid(True, which="both", alpha=0.3)
+    if params:
+        left.legend()
+    storm = results.raw.get("storm", {})
+    if storm:
+        param = next(iter(storm))
+        names = [c for c in CONTENDERS[:4] if c in storm[param]]
+        width = 0.25
+        for i, metric in enumerate(("p50_ms", "p99_ms", "max_ms")):
+            values = [results.median("storm", param, c, metric) or 0 for c in names]
+            right.bar([j + i * width for j in range(len(names))], values, width,
+                      label=metric.replace("_ms", ""))  # fmt: skip
+        right.set_xticks([j + width for j in range(len(names))], names, rotation=15)
+        right.set_ylabel("lateness (ms, by loop.time())")
+        right.set_yscale("symlog", linthresh=1)
+        right.set_title(f"Fire storm: {param}")
+        right.legend()
+        right.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True

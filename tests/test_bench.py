@@ -1,0 +1,65 @@
+"""The bench runs end to end on tiny sizes (a smoke test: no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import suite
+
+
+def test_tiny_run_writes_every_workload_table_json_and_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert suite.main(["--tiny", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "[churn pending=100] rep 1/1 aiowheel/asyncio" in out  # progress is shown
+    assert "loop's own" in out  # the table
+    document = json.loads((tmp_path / "bench.json").read_text())
+    assert set(document["raw"]) == set(suite.WORKLOADS)
+    assert document["environment"]["python"]
+    assert {g["goal"] for g in document["goals"]}
+    assert (tmp_path / "bench.png").stat().st_size > 1000
+    storm = document["raw"]["storm"]
+    assert len(storm) == 2  # the heavy and the light storm
+    for param in storm:
+        for contender in ("aiowheel/asyncio", "aiowheel/uvloop"):
+            assert storm[param][contender]["early"] == [0.0]  # aiowheel never fires early
+
+
+def test_selected_workloads_and_contenders_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite.main(["--tiny", "--workloads", "timeout", "--contenders", "aiowheel/asyncio",
+                "--out", str(tmp_path)])  # fmt: skip
+    document = json.loads((tmp_path / "bench.json").read_text())
+    assert list(document["raw"]) == ["timeout"]
+    assert list(document["raw"]["timeout"]["empty body"]) == ["aiowheel/asyncio"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--workloads", "churn,nope"), ("--contenders", "tokio")]
+)
+def test_unknown_names_are_refused_with_the_valid_ones_listed(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        suite.main(["--tiny", flag, value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown" in err
+    valid = suite.WORKLOADS if flag == "--workloads" else suite.CONTENDERS
+    assert all(name in err for name in valid)
+
+
+def test_missing_uvloop_skips_its_contenders_out_loud(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(suite, "_uvloop_available", lambda: False)
+    suite.main(["--tiny", "--workloads", "timeout", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "uvloop is not installed: skipping aiowheel/uvloop, loop/uvloop" in out
+    document = json.loads((tmp_path / "bench.json").read_text())
+    assert set(document["raw"]["timeout"]["empty body"]) == {"aiowheel/asyncio", "loop/asyncio"}
