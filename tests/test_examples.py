@@ -1,0 +1,168 @@
+"""The example server and the heartbeat mesh, end to end over loopback with a real client."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+import aiowheel
+from examples.heartbeat import run_mesh
+from examples.server import TIMED_OUT, TIMER, Config, make_app, parse
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@asynccontextmanager
+async def serve(config: Config) -> AsyncIterator[tuple[web.Application, str]]:
+    app = make_app(config)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield app, f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_fast_answers_and_stats_parse() -> None:
+    async with serve(Config()) as (app, url), aiohttp.ClientSession() as client:
+        async with client.get(f"{url}/fast") as response:
+            assert response.status == 200
+            assert await response.json() == {"ok": True}
+        async with client.get(f"{url}/stats") as response:
+            stats = await response.json()
+        assert set(stats) >= {"pending", "fired", "cancelled", "wakeups", "max_lateness"}
+        assert app[TIMER] is aiowheel.get_timer()
+
+
+async def test_overrunning_handler_gets_504_at_the_deadline_and_is_cancelled() -> None:
+    loop = asyncio.get_running_loop()
+    async with serve(Config(request_timeout=0.3)) as (app, url):
+        async with aiohttp.ClientSession() as client:
+            started = loop.time()
+            async with client.get(f"{url}/slow?seconds=30") as response:
+                elapsed = loop.time() - started
+                assert response.status == 504
+                body = await response.json()
+        assert body == {"error": "gateway timeout", "timeout": 0.3}
+        assert elapsed >= 0.3  # never early, as the client sees it
+        (server_side,) = app[TIMED_OUT]
+        assert 0.3 <= server_side <= 0.3 + 0.1  # within deadline + 100 ms, server side
+        # The handler's sleep was cancelled with its task: nothing is left in the wheel.
+        assert len(app[TIMER]) == 0
+
+
+async def test_slow_within_the_deadline_is_200() -> None:
+    async with (
+        serve(Config(request_timeout=1.0)) as (_, url),
+        aiohttp.ClientSession() as client,
+        client.get(f"{url}/slow?seconds=0.02") as response,
+    ):
+        assert response.status == 200
+        assert (await response.json())["slept"] == 0.02
+
+
+async def test_upstream_call_under_wait_for() -> None:
+    config = Config(request_timeout=2.0, upstream_timeout=0.1)
+    async with serve(config) as (_, url), aiohttp.ClientSession() as client:
+        async with client.get(f"{url}/upstream?seconds=0.001") as response:
+            assert response.status == 200
+            assert (await response.json())["upstream"] == "answered"
+        async with client.get(f"{url}/upstream?seconds=5") as response:
+            assert response.status == 504
+            assert (await response.json())["error"] == "upstream timeout"
+
+
+@pytest.mark.parametrize("query", ["seconds=abc", "seconds=-1", "seconds=nan", "seconds=1e9"])
+async def test_malformed_query_is_400_never_500(query: str) -> None:
+    async with serve(Config()) as (_, url), aiohttp.ClientSession() as client:
+        for path in ("slow", "upstream"):
+            async with client.get(f"{url}/{path}?{query}") as response:
+                assert response.status == 400
+                assert "seconds" in (await response.json())["error"]
+
+
+async def test_two_thousand_concurrent_overruns_all_504_and_the_wheel_empties() -> None:
+    loop = asyncio.get_running_loop()
+    async with serve(Config(request_timeout=0.5)) as (app, url):
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as client:
+
+            async def get(path: str) -> tuple[int, float]:
+                started = loop.time()
+                async with client.get(f"{url}{path}") as response:
+                    await response.read()
+                    return response.status, loop.time() - started
+
+            slow = [asyncio.create_task(get("/slow?seconds=30")) for _ in range(2000)]
+            await asyncio.sleep(0.2)
+            fast_status, fast_elapsed = await get("/fast")
+            statuses = await asyncio.gather(*slow)
+        assert fast_status == 200
+        assert fast_elapsed < 0.5  # answered while 2,000 requests were waiting out deadlines
+        assert [s for s, _ in statuses] == [504] * 2000
+        assert min(e for _, e in statuses) >= 0.5
+        await asyncio.sleep(0.05)
+        assert len(app[TIMER]) == 0
+
+
+async def test_websocket_heartbeats_and_a_silent_client_is_dropped() -> None:
+    config = Config(heartbeat_interval=0.05, heartbeat_timeout=0.3)
+    loop = asyncio.get_running_loop()
+    async with serve(config) as (_, url), aiohttp.ClientSession() as client:
+        # A chatty client stays connected well past the timeout.
+        async with client.ws_connect(f"{url}/ws") as ws:
+            beats = 0
+            until = loop.time() + 0.6
+            while loop.time() < until:
+                message = await ws.receive(timeout=1)
+                assert message.type == aiohttp.WSMsgType.TEXT
+                assert message.json()["type"] == "heartbeat"
+                beats += 1
+                await ws.send_str("alive")
+            assert beats >= 5
+            assert not ws.closed
+        # A silent one is closed by the server once its watchdog expires.
+        async with client.ws_connect(f"{url}/ws") as ws:
+            started = loop.time()
+            while True:
+                message = await ws.receive(timeout=5)
+                if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
+                    break
+            assert loop.time() - started >= 0.3
+            assert ws.close_code == 4000
+
+
+def test_bad_request_timeout_flag_refuses_to_start() -> None:
+    with pytest.raises(SystemExit):
+        parse(["--request-timeout", "0"])
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "server.py"), "--request-timeout", "-2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--request-timeout" in result.stderr
+    assert "positive number of seconds" in result.stderr
+
+
+async def test_heartbeat_mesh_notices_a_dead_peer_within_timeout_plus_interval() -> None:
+    interval, timeout = 0.1, 0.3
+    noticed = await run_mesh(peers=4, interval=interval, dead_after=timeout, kill_after=0.5)
+    assert sorted(noticed) == ["peer-1", "peer-2", "peer-3"]
+    for delay in noticed.values():
+        # Documented slack of 0.1 s for delivery and loop latency on a loaded machine.
+        assert timeout - interval <= delay <= timeout + interval + 0.1
