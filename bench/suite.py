@@ -105,6 +105,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--out", default="bench/results", help="directory for bench.json and bench.png"
     )
     parser.add_argument("--repeats", type=int, default=None, help="override the repeat count")
+    parser.add_argument(
+        "--replot",
+        metavar="JSON",
+        default=None,
+        help="only redraw the plot of an earlier run's bench.json into --out",
+    )
     args = parser.parse_args(argv)  # fmt: skip
     for name, valid in (("workloads", WORKLOADS), ("contenders", CONTENDERS)):
         chosen = [x.strip() for x in getattr(args, name).split(",") if x.strip()]
@@ -122,6 +128,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
+    if args.replot:
+        document = json.loads(Path(args.replot).read_text())
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        return 0 if plot(Results(raw=document["raw"]), out / "bench.png") else 1
     mode = "tiny" if args.tiny else "quick" if args.quick else "full"
     sizes = MODES[mode]
     if args.repeats:
@@ -433,7 +444,7 @@ def _cpu_model() -> str:
 
 
 def plot(results: Results, path: Path) -> bool:
-    """ops/s against pending (log x), one line per contender, and a lateness panel."""
+    """ops/s against pending (log-log), one line per contender, and the two storms' lateness."""
     try:
         import matplotlib
 
@@ -442,7 +453,9 @@ def plot(results: Results, path: Path) -> bool:
     except ImportError:
         print("matplotlib is not installed (pip install -e '.[bench]'): no plot", flush=True)
         return False
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    storms = list(results.raw.get("storm", {}))
+    fig, axes = plt.subplots(1, 1 + len(storms), figsize=(6 + 5 * len(storms), 5))
+    left = axes[0] if storms else axes
     churn = results.raw.get("churn", {})
     params = sorted(churn, key=lambda p: int(p.split("=")[1].replace(",", "")))
     xs = [int(p.split("=")[1].replace(",", "")) for p in params]
@@ -452,28 +465,28 @@ def plot(results: Results, path: Path) -> bool:
             left.plot(xs, [y or float("nan") for y in ys], marker="o", label=contender,
                       linestyle="--" if contender == "floor" else "-")  # fmt: skip
     left.set_xscale("log")
+    left.set_yscale("log")
     left.set_xlabel("timers pending")
     left.set_ylabel("call_later + cancel per second")
     left.set_title("Churn: arm 30 s out, cancel an older one")
     left.grid(True, which="both", alpha=0.3)
     if params:
         left.legend()
-    storm = results.raw.get("storm", {})
-    if storm:
-        param = next(iter(storm))
-        names = [c for c in CONTENDERS[:4] if c in storm[param]]
+    for ax, param in zip(axes[1:] if storms else [], storms, strict=False):
+        names = [c for c in CONTENDERS[:4] if c in results.raw["storm"][param]]
         width = 0.25
         for i, metric in enumerate(("p50_ms", "p99_ms", "max_ms")):
             values = [results.median("storm", param, c, metric) or 0 for c in names]
-            right.bar([j + i * width for j in range(len(names))], values, width,
-                      label=metric.replace("_ms", ""))  # fmt: skip
-        right.set_xticks([j + width for j in range(len(names))], names, rotation=15)
-        right.set_ylabel("lateness (ms, by loop.time())")
-        right.set_yscale("symlog", linthresh=1)
-        right.set_title(f"Fire storm: {param}")
-        right.legend()
-        right.grid(True, axis="y", alpha=0.3)
+            ax.bar([j + i * width for j in range(len(names))], values, width,
+                   label=metric.replace("_ms", ""))  # fmt: skip
+        labels = [f"{c}\nearly: {_fmt(results.median('storm', param, c, 'early'))}" for c in names]
+        ax.set_xticks([j + width for j in range(len(names))], labels, fontsize=8)
+        ax.set_ylabel("lateness (ms, by loop.time())")
+        ax.set_yscale("log")
+        ax.set_title(f"Fire storm: {param}")
+        ax.legend()
+        ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return True

@@ -1,0 +1,159 @@
+"""Load the example server over loopback and report what its deadlines cost.
+
+``python -m bench.server_load [--requests 5000] [--concurrency 500] [--slow-share 0.2]``
+starts ``examples/server.py`` as a separate process (once with its deadline middleware on
+aiowheel, once on ``asyncio.timeout``), sends a bounded number of concurrent requests (a mix
+of ``/fast`` and ``/slow`` requests that overrun the request timeout), and prints throughput,
+p50/p99 latency, the count of 504s, and the server's pending timers at the end (must be 0).
+Only 127.0.0.1 is ever contacted; every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _wait_ready(url: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    async with aiohttp.ClientSession() as client:
+        while time.monotonic() < deadline:
+            try:
+                async with client.get(f"{url}/fast") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"server at {url} did not come up in {seconds} s")
+
+
+async def drive(
+    url: str, requests: int, concurrency: int, slow_share: float, overrun: float, seed: int = 1
+) -> dict[str, Any]:
+    """Send the requests, ``concurrency`` at a time; return the figures."""
+    rng = random.Random(seed)
+    paths = [
+        f"/slow?seconds={overrun}" if rng.random() < slow_share else "/fast"
+        for _ in range(requests)
+    ]
+    latencies: list[float] = []
+    fast_latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    queue = iter(paths)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as client:
+
+        async def worker() -> None:
+            for path in queue:
+                started = time.perf_counter()
+                async with client.get(f"{url}{path}") as response:
+                    await response.read()
+                    status = response.status
+                elapsed = time.perf_counter() - started
+                latencies.append(elapsed)
+                if path == "/fast":
+                    fast_latencies.append(elapsed)
+                statuses[status] = statuses.get(status, 0) + 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - started
+        await asyncio.sleep(0.2)  # let the server finish unwinding the last deadlines
+        async with client.get(f"{url}/stats") as response:
+            stats = await response.json()
+    latencies.sort()
+    fast_latencies.sort()
+    return {
+        "requests": requests,
+        "wall_s": wall,
+        "throughput_rps": requests / wall,
+        "p50_ms": statistics.median(latencies) * 1e3,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1e3,
+        "fast_p50_ms": statistics.median(fast_latencies) * 1e3 if fast_latencies else None,
+        "fast_p99_ms": fast_latencies[int(len(fast_latencies) * 0.99)] * 1e3
+        if fast_latencies
+        else None,
+        "statuses": statuses,
+        "count_504": statuses.get(504, 0),
+        "expected_504": sum(1 for p in paths if p != "/fast"),
+        "server_pending_at_end": stats["pending"],
+        "server_stats": stats,
+    }
+
+
+def run_one(timeouts: str, args: argparse.Namespace) -> dict[str, Any]:
+    port = _free_port()
+    command = [
+        sys.executable, str(ROOT / "examples" / "server.py"), "--host", "127.0.0.1",
+        "--port", str(port), "--request-timeout", str(args.request_timeout),
+        "--timeouts", timeouts,
+    ] + (["--uvloop"] if args.uvloop else [])  # fmt: skip
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        asyncio.run(_wait_ready(url))
+        return asyncio.run(
+            drive(url, args.requests, args.concurrency, args.slow_share,
+                  overrun=args.request_timeout * 3)
+        )  # fmt: skip
+    finally:
+        server.send_signal(signal.SIGINT)  # the clean Ctrl-C shutdown
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.server_load", description=__doc__)
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=500)
+    parser.add_argument("--slow-share", type=float, default=0.2)
+    parser.add_argument("--request-timeout", type=float, default=0.5)
+    parser.add_argument("--uvloop", action="store_true", help="run the server on uvloop")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+    if args.requests < 1 or args.concurrency < 1 or not 0 <= args.slow_share <= 1:
+        parser.error("--requests and --concurrency must be >= 1, --slow-share in [0, 1]")
+    results = {}
+    ok = True
+    for timeouts in ("aiowheel", "asyncio"):
+        print(f"driving the server with its middleware on {timeouts} ...", flush=True)
+        r = run_one(timeouts, args)
+        results[timeouts] = r
+        print(f"  {r['requests']} requests in {r['wall_s']:.2f} s = {r['throughput_rps']:.0f}/s;"
+              f" latency p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms; fast p50 "
+              f"{r['fast_p50_ms']:.1f} ms p99 {r['fast_p99_ms']:.1f} ms; 504s "
+              f"{r['count_504']} (expected {r['expected_504']}); server pending at end "
+              f"{r['server_pending_at_end']}")  # fmt: skip
+        ok = ok and r["count_504"] == r["expected_504"] and r["server_pending_at_end"] == 0
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    print("OK" if ok else "FAILED: a 504 was missing or extra, or timers were left pending")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
