@@ -133,22 +133,38 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--slow-share", type=float, default=0.2)
     parser.add_argument("--request-timeout", type=float, default=0.5)
     parser.add_argument("--uvloop", action="store_true", help="run the server on uvloop")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
-    if args.requests < 1 or args.concurrency < 1 or not 0 <= args.slow_share <= 1:
-        parser.error("--requests and --concurrency must be >= 1, --slow-share in [0, 1]")
-    results = {}
+    if min(args.requests, args.concurrency, args.repeats) < 1 or not 0 <= args.slow_share <= 1:
+        parser.error("--requests, --concurrency, --repeats must be >= 1; --slow-share in [0, 1]")
+    runs: dict[str, list[dict[str, Any]]] = {"aiowheel": [], "asyncio": []}
     ok = True
-    for timeouts in ("aiowheel", "asyncio"):
-        print(f"driving the server with its middleware on {timeouts} ...", flush=True)
-        r = run_one(timeouts, args)
-        results[timeouts] = r
-        print(f"  {r['requests']} requests in {r['wall_s']:.2f} s = {r['throughput_rps']:.0f}/s;"
-              f" latency p50 {r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms; fast p50 "
-              f"{r['fast_p50_ms']:.1f} ms p99 {r['fast_p99_ms']:.1f} ms; 504s "
-              f"{r['count_504']} (expected {r['expected_504']}); server pending at end "
-              f"{r['server_pending_at_end']}")  # fmt: skip
-        ok = ok and r["count_504"] == r["expected_504"] and r["server_pending_at_end"] == 0
+    for rep in range(args.repeats):
+        # Alternate which goes first, so warm-up and neighbours weigh on both alike.
+        order = ("aiowheel", "asyncio") if rep % 2 == 0 else ("asyncio", "aiowheel")
+        for timeouts in order:
+            print(f"[{rep + 1}/{args.repeats}] middleware on {timeouts} ...", flush=True)
+            r = run_one(timeouts, args)
+            runs[timeouts].append(r)
+            print(f"  {r['requests']} requests in {r['wall_s']:.2f} s = "
+                  f"{r['throughput_rps']:.0f}/s; latency p50 {r['p50_ms']:.1f} ms p99 "
+                  f"{r['p99_ms']:.1f} ms; fast p50 {r['fast_p50_ms']:.1f} ms p99 "
+                  f"{r['fast_p99_ms']:.1f} ms; 504s {r['count_504']} (expected "
+                  f"{r['expected_504']}); server pending at end {r['server_pending_at_end']}",
+                  flush=True)  # fmt: skip
+            ok = ok and r["count_504"] == r["expected_504"] and r["server_pending_at_end"] == 0
+    results: dict[str, Any] = {}
+    print(f"medians of {args.repeats}:")
+    for timeouts, rs in runs.items():
+        med = {
+            k: statistics.median(r[k] for r in rs)
+            for k in ("throughput_rps", "p50_ms", "p99_ms", "fast_p50_ms", "fast_p99_ms")
+        }
+        results[timeouts] = {"median": med, "runs": rs}
+        print(f"  {timeouts:<8} {med['throughput_rps']:.0f} req/s, p50 {med['p50_ms']:.1f} ms, "
+              f"p99 {med['p99_ms']:.1f} ms, fast p50 {med['fast_p50_ms']:.1f} ms, fast p99 "
+              f"{med['fast_p99_ms']:.1f} ms")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     print("OK" if ok else "FAILED: a 504 was missing or extra, or timers were left pending")

@@ -79,7 +79,9 @@ def _bad_request(message: str) -> web.HTTPBadRequest:
 async def deadline_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Run the handler under the request deadline; 504 if it overruns."""
     config = request.app[CONFIG]
-    if request.path == "/ws":  # a websocket lives as long as its heartbeats do
+    if request.path in ("/ws", "/stats"):
+        # A websocket lives as long as its heartbeats do; /stats is left out so that the
+        # pending count it reports is not its own deadline.
         return await handler(request)
     timeout = request.app[TIMER].timeout if config.timeouts == "aiowheel" else asyncio.timeout
     loop = asyncio.get_running_loop()
