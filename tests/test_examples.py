@@ -96,7 +96,8 @@ async def test_malformed_query_is_400_never_500(query: str) -> None:
 
 async def test_two_thousand_concurrent_overruns_all_504_and_the_wheel_empties() -> None:
     loop = asyncio.get_running_loop()
-    async with serve(Config(request_timeout=0.5)) as (app, url):
+    timeout = 2.0
+    async with serve(Config(request_timeout=timeout)) as (app, url):
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as client:
 
@@ -108,13 +109,18 @@ async def test_two_thousand_concurrent_overruns_all_504_and_the_wheel_empties() 
 
             slow = [asyncio.create_task(get("/slow?seconds=30")) for _ in range(2000)]
             await asyncio.sleep(0.2)
-            fast_status, fast_elapsed = await get("/fast")
+            fast_status, _ = await get("/fast")
+            still_waiting = sum(not task.done() for task in slow)
             statuses = await asyncio.gather(*slow)
         assert fast_status == 200
-        assert fast_elapsed < 0.5  # answered while 2,000 requests were waiting out deadlines
+        # The fast request was answered while the overrunning ones waited out their deadline.
+        assert still_waiting == 2000
         assert [s for s, _ in statuses] == [504] * 2000
-        assert min(e for _, e in statuses) >= 0.5
-        await asyncio.sleep(0.05)
+        assert min(e for _, e in statuses) >= timeout
+        for _ in range(200):  # the handlers' last unwinding; generous for a loaded machine
+            if len(app[TIMER]) == 0:
+                break
+            await asyncio.sleep(0.01)
         assert len(app[TIMER]) == 0
 
 
