@@ -360,33 +360,14 @@ class Timer:
         context: contextvars.Context | None = None,
     ) -> TimerHandle:
         """Run ``callback(*args)`` after ``delay`` seconds; like ``loop.call_later``."""
-        # The hottest path of all (arm a timeout, cancel it): the body of _call is inlined
-        # because one more Python-level call is ~100 ns of a ~700 ns operation. Keep the two
-        # in step.
         loop = self._loop
         if _get_running_loop() is not loop or loop is None:
             loop = self._check_loop()
-        if not callable(callback):
-            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
-        if self._debug:
-            _check_not_coroutine_function(callback)
         try:
             when = self._clock() + delay
-            tick = ceil((when - self._epoch) * self._inverse_tick)
-        except (OverflowError, TypeError, ValueError):
-            when = self._deadline_after(loop, delay)
-            tick = self._tick_for(when)
-        wheel = self._wheel
-        if wheel._count >= self._limit:
-            raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
-        if context is None:
-            context = contextvars.copy_context()
-            if not context:
-                context = EMPTY_CONTEXT
-        handle = TimerHandle(when, callback, args, context, wheel)
-        if wheel.insert(handle, tick) < self._armed:
-            self._arm()
-        return handle
+        except TypeError:
+            when = self._deadline_after(loop, delay)  # raises, naming the problem
+        return self._call(when, callback, args, context)
 
     def _call(
         self,
@@ -395,9 +376,9 @@ class Timer:
         args: tuple[object, ...],
         context: contextvars.Context | None,
     ) -> TimerHandle:
-        # The hot path of call_at (call_later inlines it), once the loop is checked: every
-        # line is paid by every timer, so the tick arithmetic of _tick_for is inlined (its
-        # except branches cost nothing unless taken) and the count is read without len().
+        # The hot path of call_at and call_later, once the loop is checked: every line is
+        # paid by every timer, so the tick arithmetic of _tick_for is inlined (its except
+        # branches cost nothing unless taken) and the count is read without len().
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
         if self._debug:

@@ -274,18 +274,13 @@ class Wheel:
         """
         if type(tick) is not int:
             raise TypeError(f"tick must be an int, got {type(tick).__name__}")
-        prev = entry._prev
-        if prev is None:
+        if entry._prev is None:
             raise ValueError("entry is not pending")
         if tick >= entry._tick:
             entry._tick = tick
             return NEVER
-        nxt = entry._next
-        prev._next = nxt
-        if nxt is not None:
-            nxt._prev = prev
-        entry._prev = entry._next = None
-        self._count -= 1
+        self.remove(entry)
+        self._removed -= 1  # a move, not a cancellation
         return self.insert(entry, tick)
 
     def insert(self, entry: Entry, tick: int) -> int:
