@@ -34,6 +34,8 @@ __all__ = ["MISSED_TICK_POLICIES", "Interval", "PeriodicHandle", "Watchdog"]
 
 MISSED_TICK_POLICIES: Final = ("burst", "delay", "skip")
 
+_get_running_loop: Final = asyncio._get_running_loop
+
 
 def check_period(name: str, value: float) -> float:
     """``value`` as a float if it is a positive, finite number of seconds; else raise."""
@@ -285,8 +287,12 @@ class Watchdog(_Runner):
         if self._prev is None:
             return False
         # Only the exact deadline moves: the entry keeps its bucket and wheel tick, and the
-        # reaper re-files it from `_when` when that bucket comes due (the lazy re-file).
-        self._when = self._timer._running_loop().time() + self._timeout
+        # reaper re-files it from `_when` when that bucket comes due (the lazy re-file). The
+        # loop check of Timer._running_loop is inlined: this runs on every message.
+        timer = self._timer
+        if _get_running_loop() is not timer._loop or timer._loop is None:
+            timer._check_loop()
+        self._when = timer._clock() + self._timeout
         return True
 
     def cancel(self) -> bool:

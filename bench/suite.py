@@ -17,7 +17,10 @@ from typing import Any
 from . import workloads as w
 
 CONTENDERS = ("aiowheel/asyncio", "loop/asyncio", "aiowheel/uvloop", "loop/uvloop", "floor")
-WORKLOADS = ("core", "churn", "timeout", "reschedule", "fanout", "storm", "memory", "idle")
+WORKLOADS = (
+    "core", "churn", "timeout", "reschedule", "fanout", "storm", "heartbeat", "feed", "memory",
+    "idle",
+)  # fmt: skip
 # Which contenders each workload has (the floor only where it means something).
 APPLIES = {
     "core": ("floor", "aiowheel/asyncio"),
@@ -26,6 +29,8 @@ APPLIES = {
     "reschedule": CONTENDERS[:4],
     "fanout": CONTENDERS[:4],
     "storm": CONTENDERS[:4],
+    "heartbeat": CONTENDERS[:4],
+    "feed": CONTENDERS[:4],
     "memory": CONTENDERS[:4],
     "idle": ("aiowheel/asyncio", "aiowheel/uvloop"),
 }
@@ -46,6 +51,10 @@ class Sizes:
     storm_window: float
     light_storm_timers: int
     light_storm_window: float
+    heartbeat_peers: int
+    heartbeat_interval: float
+    heartbeat_seconds: float
+    feed_ops: int
     memory_count: int
     idle_timers: int
     idle_seconds: float
@@ -54,11 +63,12 @@ class Sizes:
 MODES = {
     "full": Sizes(5, (1_000, 100_000, 1_000_000, 10_000_000), 300_000, (1_000, 1_000_000),
                   500_000, 300_000, 500_000, 50_000, 0.3, 200_000, 0.5, 20_000, 2.0, 100_000,
-                  1_000_000, 2.0),
+                  1.0, 3.0, 500_000, 100_000, 1_000_000, 2.0),
     "quick": Sizes(3, (1_000, 1_000_000), 50_000, (1_000, 1_000_000), 60_000, 60_000,
-                   100_000, 20_000, 0.3, 50_000, 0.125, 2_500, 0.25, 10_000, 100_000, 0.3),
+                   100_000, 10_000, 0.3, 25_000, 0.0625, 2_500, 0.25, 10_000, 0.25, 0.5,
+                   100_000, 5_000, 50_000, 0.2),
     "tiny": Sizes(1, (100,), 2_000, (100,), 2_000, 2_000, 2_000, 200, 0.01, 500, 0.02, 200,
-                  0.02, 500, 100, 0.05),
+                  0.02, 100, 0.02, 0.05, 2_000, 500, 100, 0.05),
 }  # fmt: skip
 
 
@@ -258,6 +268,17 @@ def _jobs(workload: str, s: Sizes) -> dict[str, Callable[[str], dict[str, float]
                 "", lambda k: w.storm(k, s.light_storm_timers, s.light_storm_window)
             ),
         }
+    if workload == "heartbeat":
+        return {
+            f"{s.heartbeat_peers:,} x every {s.heartbeat_interval}s": simple(
+                "",
+                lambda k: w.heartbeat(
+                    k, s.heartbeat_peers, s.heartbeat_interval, s.heartbeat_seconds
+                ),
+            )
+        }
+    if workload == "feed":
+        return {"push a 3 s deadline back": simple("ops_per_s", lambda k: w.feed(k, s.feed_ops))}
     if workload == "memory":
         return {"per timer": simple("", lambda k: w.memory(k, s.memory_count))}
     if workload == "idle":
@@ -404,6 +425,21 @@ def judge(results: Results) -> list[dict[str, Any]]:
                     f"p99 {p99:.2f} ms (loop's own "
                     f"{_fmt(m('storm', p, f'loop/{loop}', 'p99_ms'))} ms)",
                 )
+    for p in results.raw.get("heartbeat", {}):
+        for loop in ("asyncio", "uvloop"):
+            ours, theirs = f"aiowheel/{loop}", f"loop/{loop}"
+            p99 = m("heartbeat", p, ours, "p99_ms")
+            if p99 is not None:
+                goal(f"heartbeats ({p}) on {loop}: p99 lateness <= tick + 1 ms (2 ms)",
+                     p99 <= 2.0,
+                     f"p99 {p99:.2f} ms, early {_fmt(m('heartbeat', p, ours, 'early'))} "
+                     f"(loop's own p99 {_fmt(m('heartbeat', p, theirs, 'p99_ms'))} ms, "
+                     f"early {_fmt(m('heartbeat', p, theirs, 'early'))})")  # fmt: skip
+    feed = "push a 3 s deadline back"
+    for loop in ("asyncio", "uvloop"):
+        ratio_goal(f"watchdog feed() >= 5x cancel + re-arm of a loop handle on {loop}",
+                   m("feed", feed, f"aiowheel/{loop}", "ops_per_s"),
+                   m("feed", feed, f"loop/{loop}", "ops_per_s"), 5.0)  # fmt: skip
     for p in results.raw.get("idle", {}):
         for loop in ("asyncio", "uvloop"):
             wakes = m("idle", p, f"aiowheel/{loop}", "wakeups")

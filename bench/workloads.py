@@ -208,6 +208,84 @@ async def storm(kind: str, timers: int, window: float) -> dict[str, float]:
     }
 
 
+# -- heartbeats --------------------------------------------------------------------------------
+
+
+async def heartbeat(kind: str, peers: int, interval: float, seconds: float) -> dict[str, float]:
+    """``peers`` heartbeats every ``interval`` s, phases spread over one interval, for
+    ``seconds``: lateness of each beat by loop.time(). The loop's own version re-arms each
+    beat with ``loop.call_at(start + k * interval)`` (fixed rate, like ``every``)."""
+    loop = asyncio.get_running_loop()
+    timer = await _timer_for(kind)
+    clock = loop.time
+    rng = random.Random(11)
+    lateness: list[float] = []
+    record = lateness.append
+    base = loop.time() + 0.1 + peers * 3e-6
+    handles: list[Any] = []
+    if timer is not None:
+        for _ in range(peers):
+            start = base + rng.uniform(0, interval)
+            cell: list[Any] = []
+
+            def beat(cell: list[Any] = cell, start: float = start) -> None:
+                record(clock() - (start + (cell[0].count - 1) * interval))
+
+            cell.append(timer.every(interval, beat, start=start))
+            handles.append(cell[0])
+    else:
+
+        def loop_beat(start: float, k: int, slot: int) -> None:
+            now = clock()
+            record(now - (start + k * interval))
+            handles[slot] = loop.call_at(start + (k + 1) * interval, loop_beat, start, k + 1, slot)
+
+        for slot in range(peers):
+            start = base + rng.uniform(0, interval)
+            handles.append(loop.call_at(start, loop_beat, start, 0, slot))
+    await asyncio.sleep(base - loop.time() + seconds)
+    for handle in handles:
+        handle.cancel()
+    if timer is not None:
+        await timer.aclose()
+    lateness.sort()
+    return {
+        "beats": float(len(lateness)),
+        "p50_ms": lateness[len(lateness) // 2] * 1e3,
+        "p99_ms": lateness[int(len(lateness) * 0.99)] * 1e3,
+        "early": float(sum(1 for x in lateness if x < 0)),
+    }
+
+
+async def feed(kind: str, ops: int) -> float:
+    """Push a 3 s peer deadline back, per second: ``Watchdog.feed()`` against the loop's way,
+    ``handle.cancel()`` + ``loop.call_later(3, ...)``."""
+    loop = asyncio.get_running_loop()
+    timer = await _timer_for(kind)
+    rounds = max(1, ops // OPS_PER_ITERATION)
+    if timer is not None:
+        dog = timer.watchdog(3.0, _noop)
+        start = time.perf_counter()
+        for _ in range(rounds):
+            for _ in range(OPS_PER_ITERATION):
+                dog.feed()
+            await asyncio.sleep(0)
+        elapsed = time.perf_counter() - start
+        dog.cancel()
+        await timer.aclose()
+    else:
+        handle = loop.call_later(3.0, _noop)
+        start = time.perf_counter()
+        for _ in range(rounds):
+            for _ in range(OPS_PER_ITERATION):
+                handle.cancel()
+                handle = loop.call_later(3.0, _noop)
+            await asyncio.sleep(0)
+        elapsed = time.perf_counter() - start
+        handle.cancel()
+    return rounds * OPS_PER_ITERATION / elapsed
+
+
 # -- 6. memory per pending timer ------------------------------------------------------------------
 
 
