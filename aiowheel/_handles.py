@@ -53,6 +53,10 @@ class _Timed(Entry):
         """The timer closed with this entry pending: cancel it, or fail it with ``exc``."""
         raise NotImplementedError
 
+    def _run(self) -> None:
+        """Run a callback ``_fire`` queued in ``timer._ready`` (see Timer._run_ready)."""
+        raise NotImplementedError
+
 
 class TimerHandle(_Timed):
     """A callback scheduled with :meth:`Timer.call_at` or :meth:`Timer.call_later`.

@@ -92,12 +92,12 @@ class _Schedule:
 class _Runner(_Timed):
     """A wheel entry that runs a user callback, sync or async, when it fires."""
 
-    __slots__ = ("_args", "_callback", "_context", "_run", "_timer")
+    __slots__ = ("_args", "_callback", "_context", "_task", "_timer")
 
     _callback: Callable[..., Any]
     _args: tuple[object, ...]
     _context: contextvars.Context
-    _run: asyncio.Task[Any] | None
+    _task: asyncio.Task[Any] | None
     _timer: Timer
 
     def __init__(
@@ -114,40 +114,43 @@ class _Runner(_Timed):
         self._callback = callback
         self._args = args
         self._context = context
-        self._run = None
+        self._task = None
 
     def _active(self) -> bool:
         """Whether a queued sync run should still happen."""
         raise NotImplementedError
 
     def _running(self) -> bool:
-        run = self._run
-        return run is not None and not run.done()
+        task = self._task
+        return task is not None and not task.done()
 
-    def _start_run(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _start_run(self, timer: Timer) -> None:
         # Each run gets its own copy of the captured context, as separate loop callbacks do.
+        # A sync callback joins the timer's batch of due callbacks (one loop callback runs
+        # them all); an async one starts as a task at once.
         callback = self._callback
         if asyncio.iscoroutinefunction(callback):
-            task = loop.create_task(callback(*self._args), context=self._context.copy())
+            task = timer._loop_create_task(callback(*self._args), self._context.copy())
             task.add_done_callback(self._on_run_done)
-            self._run = task
+            self._task = task
         else:
-            loop.call_soon(self._run_sync, context=self._context.copy())
+            timer._ready.append(self)
 
-    def _run_sync(self) -> None:
+    def _run(self) -> None:
         if not self._active():
             return
+        context = self._context.copy()
         try:
-            result = self._callback(*self._args)
+            result = context.run(self._callback, *self._args)
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
             self._report(asyncio.get_running_loop(), exc)
             return
         if asyncio.iscoroutine(result):  # an async callable that is not a coroutine function
-            task = asyncio.get_running_loop().create_task(result)
+            task = asyncio.get_running_loop().create_task(result, context=context)
             task.add_done_callback(self._on_run_done)
-            self._run = task
+            self._task = task
 
     def _on_run_done(self, task: asyncio.Task[Any]) -> None:
         if not task.cancelled():
@@ -165,9 +168,9 @@ class _Runner(_Timed):
         )
 
     def _cancel_run(self) -> None:
-        run = self._run
-        if run is not None and not run.done():
-            run.cancel()
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
 
 
 class PeriodicHandle(_Runner):
@@ -233,13 +236,12 @@ class PeriodicHandle(_Runner):
         return not self._cancelled
 
     def _fire(self, timer: Timer) -> None:
-        loop = timer._running_loop()
         if self._running():
             self._schedule.skipped += 1  # the previous async run is still going
         else:
             self._count += 1
-            self._start_run(loop)
-        self._schedule.advance(loop.time())
+            self._start_run(timer)
+        self._schedule.advance(timer._clock())
         timer._file(self, self._schedule.deadline())
 
     def _abandon(self, exc: BaseException | None) -> None:
@@ -288,9 +290,10 @@ class Watchdog(_Runner):
             return False
         # Only the exact deadline moves: the entry keeps its bucket and wheel tick, and the
         # reaper re-files it from `_when` when that bucket comes due (the lazy re-file). The
-        # loop check of Timer._running_loop is inlined: this runs on every message.
+        # loop check of Timer._running_loop is inlined: this runs on every message. (A closed
+        # timer has unlinked every entry, so it was answered above.)
         timer = self._timer
-        if _get_running_loop() is not timer._loop or timer._loop is None:
+        if _get_running_loop() is not timer._loop:
             timer._check_loop()
         self._when = timer._clock() + self._timeout
         return True
@@ -318,7 +321,7 @@ class Watchdog(_Runner):
 
     def _fire(self, timer: Timer) -> None:
         self._state = "expired"
-        self._start_run(timer._running_loop())
+        self._start_run(timer)
 
     def _abandon(self, exc: BaseException | None) -> None:
         self._state = "cancelled"

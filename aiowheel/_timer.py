@@ -172,7 +172,7 @@ class Timer:
         self._cancelled_on_close = 0
         self._wakeups = 0
         self._max_lateness = 0.0
-        self._ready: list[TimerHandle] = []
+        self._ready: list[_Timed] = []
         self._clock: Callable[[], float] = time.monotonic
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -668,7 +668,7 @@ class Timer:
             waiter.set_result(None)
 
     @staticmethod
-    def _run_ready(batch: list[TimerHandle]) -> None:
+    def _run_ready(batch: list[_Timed]) -> None:
         """Run a batch of due callbacks, in deadline order, as one loop callback."""
         for index, handle in enumerate(batch):
             try:
