@@ -6,9 +6,11 @@ the *delay queue*, run the one *reaper* coroutine, and dispatch due entries.
 Ticks. A deadline ``when`` (loop clock, seconds) becomes tick ``ceil((when - epoch) / tick)``,
 rounded **up**, so a bucket is never processed before every deadline in it can have passed.
 Rounding errors of the float arithmetic cannot make a timer early either: before an entry
-fires, the reaper compares its exact ``when`` with ``loop.time()`` and re-files it one tick
-later if the clock has not reached it (asyncio and uvloop may run a loop timer a little early;
-that is where this guard earns its keep).
+fires, the reaper compares its exact ``when`` with ``loop.time()`` and re-files it from that
+deadline if the clock has not reached it (asyncio and uvloop may run a loop timer a little
+early; that is where this guard earns its keep). The same check makes pushing a deadline
+later free: ``Timeout.reschedule`` and ``Watchdog.feed`` only rewrite ``when``, and the entry
+is re-filed when its old bucket comes due (the wheel's lazy re-file, one level up).
 
 Delay queue and reaper (Kafka's DelayQueue + ExpiredOperationReaper, on the loop instead of a
 thread). The wheel keeps one heap item per non-empty bucket, keyed by the bucket's expiration
@@ -18,9 +20,14 @@ whatever the number of pending timers. ``Wheel.insert`` returns a tick when a bu
 queued; only if that tick is earlier than the armed one is the loop handle replaced (the
 reaper is "woken early"). While nothing is due the reaper does not wake: no periodic ticks.
 
-Dispatch. Callbacks go through ``loop.call_soon`` so they run exactly like loop callbacks
-(no current task, the loop's exception handler, KeyboardInterrupt leaves the loop) and never
-inside the reaper; sleepers resolve their future; scheduled coroutines start as Tasks.
+Dispatch. The due callbacks of one reaper pass run, in deadline order, in *one* loop callback
+(``_run_ready``): exactly like loop callbacks (no current task, the loop's exception handler,
+KeyboardInterrupt leaves the loop, the rest of the batch then runs on the next iteration) and
+never inside the reaper, at the cost of one loop handle per batch instead of one per timer:
+that is why a storm of due timers costs aiowheel far less than the loop's own heap. Sleepers
+resolve their future; scheduled coroutines start as Tasks; timeouts cancel their task. A
+periodic timer re-files itself from inside the pass; it left the count when it came due, so
+``max_pending`` can never refuse it.
 
 Failure. If the reaper task is cancelled from outside (``asyncio.run`` does this to every task
 at exit) or dies of a bug, the Timer closes itself: pending sleepers and scheduled futures fail
@@ -219,7 +226,7 @@ class Timer:
             warnings.warn(
                 f"{count} aiowheel Timers are running on one event loop; a Timer is built to "
                 "be shared: use aiowheel.get_timer() (or pass one Timer around) instead",
-                ResourceWarning,
+                RuntimeWarning,
                 stacklevel=4,
             )
 
