@@ -92,8 +92,9 @@ class _Schedule:
 class _Runner(_Timed):
     """A wheel entry that runs a user callback, sync or async, when it fires."""
 
-    __slots__ = ("_args", "_callback", "_context", "_task", "_timer")
+    __slots__ = ("_args", "_callback", "_context", "_is_async", "_task", "_timer")
 
+    _is_async: bool
     _callback: Callable[..., Any]
     _args: tuple[object, ...]
     _context: contextvars.Context
@@ -115,6 +116,8 @@ class _Runner(_Timed):
         self._args = args
         self._context = context
         self._task = None
+        # Asked once: inspect's check costs more than the rest of a run.
+        self._is_async = asyncio.iscoroutinefunction(callback)
 
     def _active(self) -> bool:
         """Whether a queued sync run should still happen."""
@@ -128,9 +131,8 @@ class _Runner(_Timed):
         # Each run gets its own copy of the captured context, as separate loop callbacks do.
         # A sync callback joins the timer's batch of due callbacks (one loop callback runs
         # them all); an async one starts as a task at once.
-        callback = self._callback
-        if asyncio.iscoroutinefunction(callback):
-            task = timer._loop_create_task(callback(*self._args), self._context.copy())
+        if self._is_async:
+            task = timer._loop_create_task(self._callback(*self._args), self._context.copy())
             task.add_done_callback(self._on_run_done)
             self._task = task
         else:

@@ -23,13 +23,20 @@ keeps the bucket array, the placement tables and the invariants static and small
 deadline of 2**62 ticks reachable in at most one hop per level, and leaves the far-deadline
 case one explicit branch instead of a chain of lazily created wheels.
 
-Placement (tokio's ``level_for``). An entry with deadline ``tick`` is filed relative to
-``elapsed`` (the last tick advanced to) at the highest level in which the two differ:
-``level = (bit_length((tick ^ elapsed) | (slots - 1)) - 1) // log2(slots)``, in the slot given
-by ``tick``'s digit at that level. The bucket's *expiration* is ``tick`` with the lower levels'
-digits cleared: the first tick at which any entry of that bucket can be due. All entries of
-one bucket share that expiration (they agree on every digit from their level up), so the
-bucket, not the entry, is what needs waking for.
+Placement (Kafka's rule). An entry with deadline ``tick`` goes to the finest level whose
+*window* holds it: level ``k``'s window starts at ``elapsed`` (the last tick advanced to)
+rounded down to a level-``k`` slot and spans ``slots**(k+1)`` ticks. Within the level the slot
+is the tick's digit at that level, and the bucket's *expiration* is ``tick`` with the lower
+levels' digits cleared: the first tick at which any entry of that bucket can be due. All
+entries of one bucket share that expiration (live expirations of a level lie within one
+window, where each digit occurs once), so the bucket, not the entry, is what needs waking
+for. Placing by distance rather than by the highest digit in which tick and elapsed differ
+(tokio's ``level_for``) matters for steady loads: a timer 1 s out always lands in a 64-tick
+level-1 bucket, instead of in one huge level-2 bucket whenever a 4,096-tick boundary happens
+to lie before it, whose cascade would stall the loop for tens of milliseconds at 100k
+timers per second. A one-entry cache remembers the last bucket and the tick range that maps
+to it while ``elapsed`` stays: most timers are armed with the same timeout as the previous
+one.
 
 Bucket expirations. When a bucket becomes non-empty at expiration ``e``, :meth:`Wheel.add`
 returns ``e`` and pushes one item for the bucket on ``_heap``: the priority structure has one
@@ -43,9 +50,13 @@ The cascade. :meth:`advance` pops every bucket whose expiration is ``<= now`` in
 order, moving ``elapsed`` to each expiration in turn (Kafka's ``advanceClock``). Each entry of
 the bucket is either due (``tick <= now``: handed back) or re-filed relative to the new
 ``elapsed``, which puts it in a finer level (or a later slot); if that bucket is due too it is
-popped in the same call. Nothing can fire early, because an entry is handed back only when its
-own ``tick <= now``, whatever bucket it was found in; nothing is lost, because every bucket's
-expiration is ``<=`` the ticks of its entries, so a due entry's bucket has always been popped.
+popped in the same call. Re-filing into level 0, by far the common case, is inlined: a busy
+wheel's coarse bucket holds thousands of entries, and that loop is the pause the event loop
+sees when the bucket comes due (about 0.3 us per entry).
+
+Nothing can fire early, because an entry is handed back only when its own ``tick <= now``,
+whatever bucket it was found in; nothing is lost, because every bucket's expiration is ``<=``
+the ticks of its entries, so a due entry's bucket has always been popped.
 
 Lazy re-file (tokio). Moving an entry's deadline *later* only rewrites ``entry._tick``: the
 entry stays in a bucket that now expires before it, and when that bucket is processed the entry
@@ -152,12 +163,13 @@ class Wheel:
         "_horizon",
         "_key_bits",
         "_key_mask",
+        "_level_of",
         "_levels",
         "_mask",
         "_never",
-        "_place",
         "_queued",
         "_removed",
+        "_span_bits",
     )
 
     def __init__(self, slots: int = 64, *, start: int = 0) -> None:
@@ -177,15 +189,10 @@ class Wheel:
         self._levels: Final = levels
         # (tick ^ elapsed) | mask below the horizon fits a level's current rotation.
         self._horizon: Final = 1 << (levels * bits)
-        # Indexed by bit_length((tick ^ elapsed) | mask): (shift, first bucket index, expiration
-        # mask) of the level an entry goes to. One tuple lookup replaces a division and two
-        # multiplications on the hot path.
-        place: list[tuple[int, int, int]] = []
-        for length in range(levels * bits + 1):
-            level = max(length - 1, 0) // bits
-            shift = level * bits
-            place.append((shift, level * slots, -(1 << shift)))
-        self._place: Final = tuple(place)
+        # Indexed by the bit length of (tick - elapsed): the smallest level whose span covers
+        # that distance. One lookup instead of a division on the hot path.
+        self._level_of: Final = tuple(max(n - 1, 0) // bits for n in range(levels * bits + 1))
+        self._span_bits: Final = levels * bits
         self._buckets: Final = [_Bucket() for _ in range(levels * slots)]
         # The expiration each bucket is queued under on _heap, NEVER if none.
         self._queued: Final = [NEVER] * (levels * slots)
@@ -296,14 +303,31 @@ class Wheel:
         else:
             elapsed = self._elapsed
             if tick >= elapsed:
-                masked = (tick ^ elapsed) | self._mask
-                if masked >= self._horizon:
+                # The smallest level whose window [elapsed rounded down to the level's slot,
+                # + the level's span) holds the tick (Kafka's rule: by distance, not by the
+                # highest differing digit, so a timer 1 s out never lands in a coarse bucket
+                # because a digit boundary happens to lie in between). The distance's bit
+                # length gives the candidate; rounding elapsed down may push it one up.
+                length = (tick - elapsed).bit_length()
+                if length > self._span_bits:
                     return self._insert_far(entry, tick)
-                shift, base, expmask = self._place[masked.bit_length()]
-                index = base + ((tick >> shift) & self._mask)
-                expiration = tick & expmask
-                # Every tick of this slot's range maps to this bucket while elapsed stays.
-                self._cache_low = expiration
+                level = self._level_of[length]
+                shift = level * self._bits
+                window = elapsed & -(1 << shift)
+                if tick >= window + (self._mask + 1 << shift):
+                    level += 1
+                    if level == self._levels:
+                        return self._insert_far(entry, tick)
+                    shift += self._bits
+                    window = elapsed & -(1 << shift)
+                index = (level << self._bits) + ((tick >> shift) & self._mask)
+                expiration = tick & -(1 << shift)
+                # The ticks that share this bucket while elapsed stays: the rest of its slot,
+                # less those that fit the level below.
+                low = expiration
+                if level:
+                    low = max(low, (elapsed & -(1 << (shift - self._bits))) + (1 << shift))
+                self._cache_low = low
                 self._cache_high = expiration + (1 << shift)
                 self._cache_index = index
                 self._cache_expiration = expiration
@@ -331,13 +355,16 @@ class Wheel:
             index = -1
             expiration = NEVER
         else:
+            # The top level's slot of the tick's digit, at its one occurrence in the top
+            # level's window; the window's current slot (which holds no other entry: those
+            # fit a finer level) stands for its next occurrence.
             level = self._levels - 1
             shift = level * self._bits
-            digit = (tick >> shift) & self._mask
-            expiration = (self._elapsed & -self._horizon) + (digit << shift)
+            window = self._elapsed & -(1 << shift)
+            expiration = window + (((tick - window) & (self._horizon - 1)) & -(1 << shift))
             if expiration <= self._elapsed:
                 expiration += self._horizon
-            index = level * (self._mask + 1) + digit
+            index = (level << self._bits) + ((expiration >> shift) & self._mask)
             bucket = self._buckets[index]
         tail = bucket._prev
         entry._prev = tail
@@ -387,6 +414,7 @@ class Wheel:
         if now < self._elapsed:
             raise ValueError(f"time cannot go backwards: now={now} < elapsed={self._elapsed}")
         due: list[Entry] = []
+        mask = self._mask
         heap = self._heap
         key_bits = self._key_bits
         key_mask = self._key_mask
@@ -411,16 +439,35 @@ class Wheel:
             bucket._next = bucket._prev = bucket
             if expiration > self._elapsed:
                 self._set_elapsed(expiration)
+            # Past this tick an entry no longer fits level 0 (whose window starts at elapsed).
+            level0_end = self._elapsed + mask + 1
             while entry is not None:
                 nxt = entry._next
-                entry._prev = entry._next = None
-                if entry._tick <= now:
-                    if entry._tick != expiration:
+                tick = entry._tick
+                if tick <= now:
+                    entry._prev = entry._next = None
+                    if tick != expiration:
                         in_order = False
                     due.append(entry)
+                elif tick < level0_end:
+                    # The common cascade, into level 0, inlined: a coarse bucket of a busy
+                    # wheel holds thousands of entries, and this loop is the whole pause the
+                    # loop sees when it comes due (insert() would cost three times as much).
+                    index = tick & mask
+                    bucket = buckets[index]
+                    tail = bucket._prev
+                    entry._prev = tail
+                    entry._next = bucket
+                    bucket._prev = entry
+                    if tail is not None:
+                        tail._next = entry
+                    if tick < queued[index]:
+                        queued[index] = tick
+                        heappush(heap, (tick << key_bits) | index)
                 else:
+                    entry._prev = entry._next = None
                     self._count -= 1
-                    self.insert(entry, entry._tick)
+                    self.insert(entry, tick)
                 entry = nxt
         self._set_elapsed(now)
         self._count -= len(due)

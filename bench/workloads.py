@@ -213,15 +213,18 @@ async def storm(kind: str, timers: int, window: float) -> dict[str, float]:
 
 async def heartbeat(kind: str, peers: int, interval: float, seconds: float) -> dict[str, float]:
     """``peers`` heartbeats every ``interval`` s, phases spread over one interval, for
-    ``seconds``: lateness of each beat by loop.time(). The loop's own version re-arms each
-    beat with ``loop.call_at(start + k * interval)`` (fixed rate, like ``every``)."""
+    ``seconds``: lateness of each beat by loop.time(), in steady state (each heartbeat's first
+    beat, which can be late while the others are still being set up, is not counted). The
+    loop's own version re-arms each beat with ``loop.call_at(start + k * interval)`` (fixed
+    rate, like ``every``)."""
     loop = asyncio.get_running_loop()
     timer = await _timer_for(kind)
     clock = loop.time
     rng = random.Random(11)
     lateness: list[float] = []
     record = lateness.append
-    base = loop.time() + 0.1 + peers * 3e-6
+    # Past the time it takes to set them all up (every() does more per call than call_at).
+    base = loop.time() + 0.1 + peers * 1e-5
     handles: list[Any] = []
     if timer is not None:
         for _ in range(peers):
@@ -229,7 +232,9 @@ async def heartbeat(kind: str, peers: int, interval: float, seconds: float) -> d
             cell: list[Any] = []
 
             def beat(cell: list[Any] = cell, start: float = start) -> None:
-                record(clock() - (start + (cell[0].count - 1) * interval))
+                k = cell[0].count - 1
+                if k:
+                    record(clock() - (start + k * interval))
 
             cell.append(timer.every(interval, beat, start=start))
             handles.append(cell[0])
@@ -237,12 +242,14 @@ async def heartbeat(kind: str, peers: int, interval: float, seconds: float) -> d
 
         def loop_beat(start: float, k: int, slot: int) -> None:
             now = clock()
-            record(now - (start + k * interval))
+            if k:
+                record(now - (start + k * interval))
             handles[slot] = loop.call_at(start + (k + 1) * interval, loop_beat, start, k + 1, slot)
 
         for slot in range(peers):
             start = base + rng.uniform(0, interval)
             handles.append(loop.call_at(start, loop_beat, start, 0, slot))
+    gc.collect()  # pay the set-up's collection debt before the first beat, not during them
     await asyncio.sleep(base - loop.time() + seconds)
     for handle in handles:
         handle.cancel()

@@ -326,3 +326,15 @@ class WheelModel(RuleBasedStateMachine):
 
 WheelModel.TestCase.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
 TestWheelModel = WheelModel.TestCase
+
+
+class WheelModel64(WheelModel):
+    """The same model on the default shape: 64 slots, 11 levels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wheel = Wheel(slots=64)
+
+
+WheelModel64.TestCase.settings = settings(max_examples=200, stateful_step_count=60, deadline=None)
+TestWheelModel64 = WheelModel64.TestCase
