@@ -3,8 +3,9 @@
 Every timer is exactly one object: the handle *is* the wheel entry (it subclasses
 :class:`aiowheel._wheel.Entry`), so arming a timer allocates one object and cancelling it
 unlinks that object from its bucket. ``_Timed`` adds the float deadline (``when``, exact, as
-the user gave it; the wheel only knows the rounded-up tick) and the two things the Timer asks
-of every entry: ``_fire`` when it is due and ``_abandon`` when the timer closes under it.
+the user gave it; the wheel only knows the rounded-up tick) and what the Timer asks of its
+entries: ``_fire`` when it is due, ``_run`` for a callback ``_fire`` queued in the timer's
+batch of due callbacks, and ``_abandon`` when the timer closes under it.
 
 Plain classes with ``__slots__`` and full annotations, no dynamic attributes: the planned
 compiled build (mypyc) must be able to take this module unchanged.

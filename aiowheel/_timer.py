@@ -645,13 +645,6 @@ class Timer:
         if wheel.insert(entry, tick) < self._armed:
             self._arm()
 
-    def _move(self, entry: _Timed, when: float) -> None:
-        """Change a pending entry's deadline; later deadlines cost O(1) and no bucket work."""
-        tick = self._tick_for(when)
-        entry._when = when
-        if self._wheel.move(entry, tick) < self._armed:
-            self._arm()
-
     def _arm(self) -> None:
         """Make the single loop handle fire at the wheel's earliest bucket expiration."""
         loop = self._loop
