@@ -277,6 +277,12 @@ class Timer:
         reaper = self._reaper
         if reaper is not None and reaper is not asyncio.current_task():
             reaper.cancel()
+        # Let go of the loop: a closed timer kept in get_timer()'s weak registry must not keep
+        # its loop alive (the value would pin its own weak key).
+        self._reaper = None
+        self._waiter = None
+        self._bound_loop = None
+        self._clock = time.monotonic
         unfired: list[TimerHandle] = []
         entries = self._wheel.drain()
         self._cancelled_on_close += len(entries)

@@ -338,6 +338,23 @@ def test_each_loop_gets_its_own_default_timer_closed_at_exit() -> None:
     assert all(t.closed() for t in timers)
 
 
+def test_a_finished_loop_and_its_default_timer_are_not_kept_alive() -> None:
+    import weakref
+
+    refs: list[weakref.ref[Any]] = []
+
+    async def main() -> None:
+        refs.append(weakref.ref(asyncio.get_running_loop()))
+        refs.append(weakref.ref(aiowheel.get_timer()))
+        await aiowheel.sleep(0.001)
+
+    asyncio.run(main())
+    asyncio.run(main())  # the default timer cache now points at the second loop's timer
+    gc.collect()
+    assert refs[0]() is None  # the first loop is gone
+    assert refs[1]() is None  # and its timer
+
+
 async def test_many_timers_on_one_loop_warn_once() -> None:
     from aiowheel._timer import TOO_MANY_TIMERS
 
