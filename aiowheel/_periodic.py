@@ -301,19 +301,21 @@ class Watchdog(_Runner):
         return True
 
     def cancel(self) -> bool:
-        """Disarm it (and cancel a running async ``on_expire``). True if this call did it."""
+        """Disarm it: True if this call stopped ``on_expire`` from running, or cancelled an
+        async ``on_expire`` still running; False if it had run (or was already cancelled)."""
         if self._state == "cancelled":
             return False
         if self._state == "expired" and not self._running():
             return False
+        # "armed", "firing" (a sync on_expire queued in the timer's batch), or a running task.
         self._state = "cancelled"
         self._timer._unfile(self)
         self._cancel_run()
         return True
 
     def expired(self) -> bool:
-        """True once it has expired (``on_expire`` was started)."""
-        return self._state == "expired"
+        """True once it has expired (its deadline passed unfed)."""
+        return self._state in ("firing", "expired")
 
     def __repr__(self) -> str:
         return f"<Watchdog timeout={self._timeout!r} {self._state}>"
@@ -321,8 +323,16 @@ class Watchdog(_Runner):
     def _active(self) -> bool:
         return self._state == "expired"
 
-    def _fire(self, timer: Timer) -> None:
+    def _run(self) -> None:
+        if self._state != "firing":
+            return  # cancelled after it came due
         self._state = "expired"
+        super()._run()
+
+    def _fire(self, timer: Timer) -> None:
+        # A sync on_expire waits in the timer's batch ("firing": cancel() can still stop it,
+        # as TimerHandle.cancel() can); an async one starts as a task at once.
+        self._state = "expired" if self._is_async else "firing"
         self._start_run(timer)
 
     def _abandon(self, exc: BaseException | None) -> None:

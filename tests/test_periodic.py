@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from typing import Any, cast
 
 import pytest
@@ -277,3 +278,20 @@ async def test_unknown_policy_lists_the_valid_ones_and_non_callables_are_type_er
         with pytest.raises(TypeError, match="callable"):
             timer.watchdog(1, None)  # type: ignore[arg-type]
         assert len(timer) == 0
+
+
+@pytest.mark.anyio
+async def test_watchdog_cancelled_after_it_came_due_but_before_it_ran_never_runs() -> None:
+    async with Timer() as timer:
+        fired: list[str] = []
+        dog = timer.watchdog(0.006, fired.append, "dead")
+        results: list[bool] = []
+        # Due a few ticks before the watchdog; the loop is then blocked past both deadlines,
+        # so one reaper pass dispatches both, in deadline order, in one batch.
+        timer.call_at(dog.when() - 0.003, lambda: results.append(dog.cancel()))  # type: ignore[operator]
+        time.sleep(0.02)  # noqa: ASYNC251 (blocks the loop on purpose)
+        await asyncio.sleep(0.02)
+        assert results == [True]
+        assert fired == []
+        assert dog.cancel() is False
+        assert not dog.expired()
