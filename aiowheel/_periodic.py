@@ -132,7 +132,13 @@ class _Runner(_Timed):
         # A sync callback joins the timer's batch of due callbacks (one loop callback runs
         # them all); an async one starts as a task at once.
         if self._is_async:
-            task = timer._loop_create_task(self._callback(*self._args), self._context.copy())
+            context = self._context.copy()
+            try:
+                coro = context.run(self._callback, *self._args)
+            except Exception as exc:  # e.g. wrong arguments: a failed run, not a dead timer
+                self._report(timer._running_loop(), exc)
+                return
+            task = timer._loop_create_task(coro, context)
             task.add_done_callback(self._on_run_done)
             self._task = task
         else:

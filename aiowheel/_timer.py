@@ -749,7 +749,12 @@ class Timer:
                 fired += 1
                 if now - when > lateness:
                     lateness = now - when
-                entry._fire(self)
+                try:
+                    entry._fire(self)
+                except Exception as exc:  # a bug must cost one timer, not the reaper
+                    loop.call_exception_handler(
+                        {"message": f"aiowheel: error firing {entry!r}", "exception": exc}
+                    )
             self._fired += fired
             self._max_lateness = lateness
             if self._ready:

@@ -295,3 +295,25 @@ async def test_watchdog_cancelled_after_it_came_due_but_before_it_ran_never_runs
         assert fired == []
         assert dog.cancel() is False
         assert not dog.expired()
+
+
+@pytest.mark.anyio
+async def test_async_callback_called_with_wrong_arguments_is_reported_and_the_timer_lives() -> None:
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _l, ctx: errors.append(ctx))
+    async with Timer() as timer:
+
+        async def takes_nothing() -> None:
+            pass
+
+        beat = timer.every(0.002, takes_nothing, "unexpected", start=timer.time())
+        dog = timer.watchdog(0.002, takes_nothing, "unexpected")
+        fired: list[int] = []
+        timer.call_later(0.02, fired.append, 1)
+        await asyncio.sleep(0.05)
+        assert fired == [1]  # the reaper survived
+        assert beat.count >= 2  # the schedule went on, each run reported
+        assert dog.expired()
+        assert sum(isinstance(e.get("exception"), TypeError) for e in errors) >= 3
+        beat.cancel()
