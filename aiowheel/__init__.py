@@ -1,8 +1,21 @@
 """aiowheel: an asyncio-native hierarchical timing wheel.
 
 O(1) timers, request timeouts and heartbeats for asyncio (and uvloop) that never fire early.
+
+Two builds of the same sources: where the install could compile them (mypyc), the hot modules
+run as C extensions; elsewhere, or with ``AIOWHEEL_NO_EXTENSIONS=1`` in the environment when
+aiowheel is first imported, the pure-Python modules run. :data:`COMPILED` says which.
 """
 
+import os as _os
+
+from ._build import COMPILED_MODULES as _COMPILED_MODULES
+from ._build import prefer_sources as _prefer_sources
+
+if _os.environ.get("AIOWHEEL_NO_EXTENSIONS", "") not in ("", "0"):
+    _prefer_sources(__name__, __path__)
+
+from ._build import is_compiled as _is_compiled
 from ._default import (
     call_at,
     call_later,
@@ -19,7 +32,11 @@ from ._periodic import Interval, PeriodicHandle, Watchdog
 from ._timeout import Timeout
 from ._timer import Timer, TimerStats
 
+COMPILED: bool = _is_compiled(__name__, _COMPILED_MODULES)
+"""True if the compiled (mypyc) build of aiowheel's hot modules is running."""
+
 __all__ = [
+    "COMPILED",
     "Interval",
     "PendingLimitError",
     "PeriodicHandle",
@@ -39,4 +56,4 @@ __all__ = [
     "wait_for",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -20,6 +20,7 @@ from typing import Final, TypeVar
 from ._handles import TimerHandle
 from ._timeout import Timeout
 from ._timer import Timer
+from ._types import Seconds
 
 __all__ = [
     "call_at",
@@ -74,33 +75,33 @@ def get_timer() -> Timer:
     return timer
 
 
-def timeout(delay: float | None) -> Timeout:
+def timeout(delay: Seconds | None) -> Timeout:
     """``asyncio.timeout`` on the default timer: ``async with aiowheel.timeout(2): ...``"""
     return get_timer().timeout(delay)
 
 
-def timeout_at(when: float | None) -> Timeout:
+def timeout_at(when: Seconds | None) -> Timeout:
     """``asyncio.timeout_at`` on the default timer."""
     return get_timer().timeout_at(when)
 
 
-async def wait_for(aw: Awaitable[_T], timeout: float | None) -> _T:  # noqa: ASYNC109
+async def wait_for(aw: Awaitable[_T], timeout: Seconds | None) -> _T:  # noqa: ASYNC109
     """``asyncio.wait_for`` (3.12+ semantics) on the default timer."""
     return await get_timer().wait_for(aw, timeout)
 
 
-async def sleep(delay: float, result: _T = None) -> _T:  # type: ignore[assignment]
+async def sleep(delay: Seconds, result: _T = None) -> _T:  # type: ignore[assignment]
     """``asyncio.sleep`` on the default timer."""
     return await get_timer().sleep(delay, result)
 
 
-async def sleep_until(deadline: float, result: _T = None) -> _T:  # type: ignore[assignment]
+async def sleep_until(deadline: Seconds, result: _T = None) -> _T:  # type: ignore[assignment]
     """Sleep until the loop's clock reaches ``deadline``, on the default timer."""
     return await get_timer().sleep_until(deadline, result)
 
 
 def call_later(
-    delay: float,
+    delay: Seconds,
     callback: Callable[..., object],
     *args: object,
     context: contextvars.Context | None = None,
@@ -110,7 +111,7 @@ def call_later(
 
 
 def call_at(
-    when: float,
+    when: Seconds,
     callback: Callable[..., object],
     *args: object,
     context: contextvars.Context | None = None,

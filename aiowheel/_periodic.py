@@ -37,7 +37,7 @@ MISSED_TICK_POLICIES: Final = ("burst", "delay", "skip")
 _get_running_loop: Final = asyncio._get_running_loop
 
 
-def check_period(name: str, value: float) -> float:
+def check_period(name: str, value: object) -> float:
     """``value`` as a float if it is a positive, finite number of seconds; else raise."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
@@ -46,9 +46,9 @@ def check_period(name: str, value: float) -> float:
     return float(value)
 
 
-def check_missed(missed: str) -> str:
+def check_missed(missed: object) -> str:
     """``missed`` if it names a policy; else ValueError listing the valid ones."""
-    if missed not in MISSED_TICK_POLICIES:
+    if not isinstance(missed, str) or missed not in MISSED_TICK_POLICIES:
         raise ValueError(
             f"missed must be one of {', '.join(map(repr, MISSED_TICK_POLICIES))}, got {missed!r}"
         )

@@ -31,7 +31,8 @@ from ._handles import _Timed
 if TYPE_CHECKING:
     from ._timer import Timer
 
-from ._errors import PendingLimitError
+from ._errors import PendingLimitError, chained
+from ._types import Seconds, seconds
 
 __all__ = ["Timeout"]
 
@@ -111,7 +112,7 @@ class Timeout(_Timed):
         """Return the current deadline (None if disabled)."""
         return self._deadline
 
-    def reschedule(self, when: float | None) -> None:
+    def reschedule(self, when: Seconds | None) -> None:
         """Move the deadline to loop time ``when`` (None disables it).
 
         Moving it later is O(1) and does no heap or bucket work.
@@ -128,15 +129,14 @@ class Timeout(_Timed):
         loop = timer._loop
         if _get_running_loop() is not loop or loop is None:
             loop = timer._check_loop()
-        if self._prev is not None:  # (then _soon is None: the two never coexist)
-            try:
-                later = when is not None and when >= self._when
-            except TypeError:
-                later = False  # the general path below names the problem
-            if later and when > timer._clock():  # type: ignore[operator]
-                self._deadline = self._when = when  # type: ignore[assignment]
-                return
-        tick = 0 if when is None else timer._tick_for(when)  # a bad deadline changes nothing
+        if when is not None and not isinstance(when, float):
+            when = seconds("deadline", when)  # a bad deadline changes nothing
+        # (While filed in the wheel, _soon is None: the two never coexist.)
+        later = self._prev is not None and when is not None and when >= self._when
+        if later and when is not None and when > timer._clock():
+            self._deadline = self._when = when
+            return
+        tick = 0 if when is None else timer._tick_for(when)  # NaN changes nothing either
         self._deadline = when
         soon = self._soon
         if soon is not None:
@@ -226,7 +226,7 @@ class Timeout(_Timed):
                 if task.uncancel() <= self._cancelling and exc_type is not None:
                     # Since there are no new cancel requests, we're handling this.
                     if issubclass(exc_type, asyncio.CancelledError):
-                        raise TimeoutError from exc_val
+                        raise chained(TimeoutError(), exc_val)
                     elif exc_val is not None:
                         _insert_timeout_error(exc_val)
                         if isinstance(exc_val, ExceptionGroup):
@@ -234,7 +234,7 @@ class Timeout(_Timed):
                                 _insert_timeout_error(exc)
             elif task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
                 # Since there are no new cancel requests, we're handling this.
-                raise TimeoutError from exc_val
+                raise chained(TimeoutError(), exc_val)
         elif self._state is _ENTERED:
             self._state = _EXITED
 
@@ -271,12 +271,14 @@ def _insert_timeout_error(exc_val: BaseException) -> None:
         exc_val = exc_val.__context__
 
 
-async def wait_for(timer: Timer, aw: Awaitable[_T], timeout: float | None) -> _T:  # noqa: ASYNC109
+async def wait_for(timer: Timer, aw: Awaitable[_T], timeout: Seconds | None) -> _T:  # noqa: ASYNC109
     """``asyncio.wait_for`` with 3.12+ semantics, on ``timer``'s timeouts.
 
     A coroutine runs in the caller's task (no extra task); ``timeout <= 0`` cancels at once
     and raises TimeoutError unless the awaitable is already done; None waits forever.
     """
+    if timeout is not None and not isinstance(timeout, float):
+        timeout = seconds("timeout", timeout)
     if timeout is not None and timeout <= 0:
         fut = asyncio.ensure_future(aw)
         if fut.done():
@@ -285,7 +287,7 @@ async def wait_for(timer: Timer, aw: Awaitable[_T], timeout: float | None) -> _T
         try:
             return fut.result()
         except asyncio.CancelledError as exc:
-            raise TimeoutError from exc
+            raise chained(TimeoutError(), exc) from exc
     async with timer.timeout(timeout):
         return await aw
 

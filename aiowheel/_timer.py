@@ -45,7 +45,7 @@ import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from math import ceil, floor, inf, isnan
+from math import ceil, floor, inf
 from typing import Any, Final, TypeVar
 
 from ._errors import PendingLimitError, TimerClosedError
@@ -59,6 +59,7 @@ from ._periodic import (
     check_period,
 )
 from ._timeout import Timeout, wait_for
+from ._types import Count, Name, Seconds, seconds
 from ._wheel import NEVER, Wheel
 
 __all__ = ["PendingLimitError", "Timer", "TimerClosedError", "TimerStats"]
@@ -147,22 +148,23 @@ class Timer:
     )
 
     def __init__(
-        self, *, tick: float = 0.001, slots: int = 64, max_pending: int | None = None
+        self, *, tick: Seconds = 0.001, slots: Count = 64, max_pending: Count | None = None
     ) -> None:
         """Create an unstarted Timer; see the class docstring for the parameters."""
         if isinstance(tick, bool) or not isinstance(tick, int | float):
             raise TypeError(f"tick must be a number of seconds, got {type(tick).__name__}")
         if not 0 < tick < inf:
             raise ValueError(f"tick must be a positive, finite number of seconds, got {tick!r}")
-        if max_pending is not None and (
-            isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1
-        ):
-            raise ValueError(f"max_pending must be a positive int or None, got {max_pending!r}")
+        limit = sys.maxsize
+        if max_pending is not None:
+            if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+                raise ValueError(f"max_pending must be a positive int or None, got {max_pending!r}")
+            limit = max_pending
         self._wheel: Final = Wheel(slots)  # validates slots
         self._tick: Final = float(tick)
         self._inverse_tick: Final = 1.0 / self._tick
-        self._slots: Final = slots
-        self._limit: Final = sys.maxsize if max_pending is None else max_pending
+        self._slots: Final = self._wheel.slots
+        self._limit: Final = limit
         # `_loop` is what the hot path compares the running loop with: None until bound and
         # again once closed, so that one identity check routes every odd case to _check_loop.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -334,23 +336,22 @@ class Timer:
     # -- scheduling ----------------------------------------------------------------------------
 
     def _tick_for(self, when: float) -> int:
-        """The tick of deadline ``when``, rounded up; NEVER for +inf. Validates ``when``."""
+        """The tick of deadline ``when``, rounded up; NEVER for +inf. ValueError for NaN."""
         try:
             return ceil((when - self._epoch) * self._inverse_tick)
         except OverflowError:
             if when > 0:
                 return NEVER
             return self._wheel.elapsed  # -inf: already due
-        except (TypeError, ValueError):
-            if isinstance(when, int | float) and isnan(when):
-                raise ValueError("deadline must not be NaN") from None
-            raise TypeError(
-                f"deadline must be a real number of seconds, got {type(when).__name__}"
-            ) from None
+        except ValueError:
+            pass
+        # Raised outside the except clause, so that no internal error shows as its context
+        # (in both builds: the compiled one ignores `from None`).
+        raise ValueError("deadline must not be NaN")
 
     def call_at(
         self,
-        when: float,
+        when: Seconds,
         callback: Callable[..., object],
         *args: object,
         context: contextvars.Context | None = None,
@@ -361,13 +362,16 @@ class Timer:
         ``when=inf`` never fires but is pending and cancellable; a past ``when`` fires on a
         coming loop iteration, never inside this call.
         """
-        if _get_running_loop() is not self._loop:
+        loop = self._loop
+        if _get_running_loop() is not loop or loop is None:
             self._check_loop()
+        if not isinstance(when, float):
+            when = seconds("deadline", when)
         return self._call(when, callback, args, context)
 
     def call_later(
         self,
-        delay: float,
+        delay: Seconds,
         callback: Callable[..., object],
         *args: object,
         context: contextvars.Context | None = None,
@@ -375,12 +379,10 @@ class Timer:
         """Run ``callback(*args)`` after ``delay`` seconds; like ``loop.call_later``."""
         loop = self._loop
         if _get_running_loop() is not loop or loop is None:
-            loop = self._check_loop()
-        try:
-            when = self._clock() + delay
-        except TypeError:
-            when = self._deadline_after(loop, delay)  # raises, naming the problem
-        return self._call(when, callback, args, context)
+            self._check_loop()
+        if not isinstance(delay, float):
+            delay = seconds("delay", delay)
+        return self._call(self._clock() + delay, callback, args, context)
 
     def _call(
         self,
@@ -398,7 +400,7 @@ class Timer:
             _check_not_coroutine_function(callback)
         try:
             tick = ceil((when - self._epoch) * self._inverse_tick)
-        except (OverflowError, TypeError, ValueError):
+        except (OverflowError, ValueError):
             tick = self._tick_for(when)
         wheel = self._wheel
         if wheel._count >= self._limit:
@@ -412,7 +414,7 @@ class Timer:
             self._arm()
         return handle
 
-    async def sleep_until(self, deadline: float, result: _T = None) -> _T:  # type: ignore[assignment]
+    async def sleep_until(self, deadline: Seconds, result: _T = None) -> _T:  # type: ignore[assignment]
         """Sleep until ``loop.time() >= deadline``, then return ``result``.
 
         Cancelling the sleeping task takes its timer out of the wheel at once.
@@ -420,6 +422,8 @@ class Timer:
         loop = self._loop
         if _get_running_loop() is not loop or loop is None:
             loop = self._check_loop()
+        if not isinstance(deadline, float):
+            deadline = seconds("deadline", deadline)
         entry = self._sleeper(loop, deadline, result)
         if entry is None:
             await asyncio.sleep(0)
@@ -430,17 +434,15 @@ class Timer:
             if entry._prev is not None:
                 self._wheel.remove(entry)
 
-    async def sleep(self, delay: float, result: _T = None) -> _T:  # type: ignore[assignment]
+    async def sleep(self, delay: Seconds, result: _T = None) -> _T:  # type: ignore[assignment]
         """Sleep ``delay`` seconds, then return ``result``; like ``asyncio.sleep``."""
         # sleep_until's body, not a call to it: one coroutine per sleep instead of two.
         loop = self._loop
         if _get_running_loop() is not loop or loop is None:
             loop = self._check_loop()
-        try:
-            deadline = self._clock() + delay
-        except TypeError:
-            deadline = self._deadline_after(loop, delay)  # raises, naming the problem
-        entry = self._sleeper(loop, deadline, result)
+        if not isinstance(delay, float):
+            delay = seconds("delay", delay)
+        entry = self._sleeper(loop, self._clock() + delay, result)
         if entry is None:
             await asyncio.sleep(0)
             return result
@@ -456,7 +458,7 @@ class Timer:
         """File a sleeper for ``deadline``; None if it has passed (then just yield once)."""
         try:
             tick = ceil((deadline - self._epoch) * self._inverse_tick)
-        except (OverflowError, TypeError, ValueError):
+        except (OverflowError, ValueError):
             tick = self._tick_for(deadline)
         wheel = self._wheel
         if wheel._count >= self._limit:
@@ -470,7 +472,7 @@ class Timer:
 
     def schedule_at(
         self,
-        when: float,
+        when: Seconds,
         coro_or_function: Coroutine[Any, Any, _T] | Callable[..., Any],
         *args: object,
     ) -> asyncio.Future[_T]:
@@ -493,6 +495,8 @@ class Timer:
                 "schedule_at() needs a coroutine or a callable, "
                 f"got {type(coro_or_function).__name__}"
             )
+        if not isinstance(when, float):
+            when = seconds("deadline", when)
         tick = self._tick_for(when)
         wheel = self._wheel
         if wheel._count >= self._limit:
@@ -505,7 +509,7 @@ class Timer:
 
     def schedule_later(
         self,
-        delay: float,
+        delay: Seconds,
         coro_or_function: Coroutine[Any, Any, _T] | Callable[..., Any],
         *args: object,
     ) -> asyncio.Future[_T]:
@@ -518,7 +522,7 @@ class Timer:
             raise
         return self.schedule_at(when, coro_or_function, *args)
 
-    def timeout(self, delay: float | None) -> Timeout:
+    def timeout(self, delay: Seconds | None) -> Timeout:
         """An ``asyncio.timeout(delay)`` drop-in on this timer (None: no deadline).
 
         >>> async with timer.timeout(2.0):
@@ -526,25 +530,27 @@ class Timer:
         """
         loop = self._loop
         if _get_running_loop() is not loop or loop is None:
-            loop = self._check_loop()
+            self._check_loop()
         if delay is None:
             return Timeout(None, self)
-        try:
-            when = self._clock() + delay
-        except TypeError:
-            when = self._deadline_after(loop, delay)  # raises, naming the problem
+        if not isinstance(delay, float):
+            delay = seconds("delay", delay)
+        when = self._clock() + delay
         if when != when:
             raise ValueError("deadline must not be NaN")
         return Timeout(when, self)
 
-    def timeout_at(self, when: float | None) -> Timeout:
+    def timeout_at(self, when: Seconds | None) -> Timeout:
         """An ``asyncio.timeout_at(when)`` drop-in on this timer (None: no deadline)."""
         self._running_loop()
-        if when is not None:
-            self._tick_for(when)
+        if when is None:
+            return Timeout(None, self)
+        if not isinstance(when, float):
+            when = seconds("deadline", when)
+        self._tick_for(when)  # refuses NaN
         return Timeout(when, self)
 
-    async def wait_for(self, aw: Awaitable[_T], timeout: float | None) -> _T:  # noqa: ASYNC109
+    async def wait_for(self, aw: Awaitable[_T], timeout: Seconds | None) -> _T:  # noqa: ASYNC109
         """``asyncio.wait_for`` with the 3.12+ semantics on every version, on this timer."""
         return await wait_for(self, aw, timeout)
 
@@ -552,11 +558,11 @@ class Timer:
 
     def every(
         self,
-        interval: float,
+        interval: Seconds,
         callback: Callable[..., object],
         *args: object,
-        missed: str = "skip",
-        start: float | None = None,
+        missed: Name = "skip",
+        start: Seconds | None = None,
     ) -> PeriodicHandle:
         """Run ``callback(*args)`` (sync or async) at a fixed rate, without drift.
 
@@ -568,21 +574,19 @@ class Timer:
         >>> beat.cancel()
         """
         loop = self._running_loop()
-        interval = check_period("interval", interval)
-        check_missed(missed)
+        period = check_period("interval", interval)
+        policy = check_missed(missed)
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
-        if start is None:
-            start = loop.time() + interval
-        self._tick_for(start)
+        first = self._first_deadline(loop, start, period)
         handle = PeriodicHandle(
-            self, _Schedule(start, interval, missed), callback, args, contextvars.copy_context()
+            self, _Schedule(first, period, policy), callback, args, contextvars.copy_context()
         )
-        self._file(handle, start)
+        self._file(handle, first)
         return handle
 
     def interval(
-        self, period: float, *, missed: str = "skip", start: float | None = None
+        self, period: Seconds, *, missed: Name = "skip", start: Seconds | None = None
     ) -> Interval:
         """An async iterator yielding each tick's scheduled time, at a fixed rate.
 
@@ -590,24 +594,35 @@ class Timer:
         ...     await send_heartbeat()
         """
         loop = self._running_loop()
-        period = check_period("period", period)
-        check_missed(missed)
-        if start is None:
-            start = loop.time() + period
-        self._tick_for(start)
-        return Interval(self, _Schedule(start, period, missed))
+        every = check_period("period", period)
+        policy = check_missed(missed)
+        first = self._first_deadline(loop, start, every)
+        return Interval(self, _Schedule(first, every, policy))
 
-    def watchdog(self, timeout: float, on_expire: Callable[..., object], *args: object) -> Watchdog:
+    def _first_deadline(
+        self, loop: asyncio.AbstractEventLoop, start: Seconds | None, period: float
+    ) -> float:
+        """A schedule's first deadline: ``start``, validated, or one period from now."""
+        if start is None:
+            return loop.time() + period
+        if not isinstance(start, float):
+            start = seconds("start", start)
+        self._tick_for(start)  # refuses NaN
+        return start
+
+    def watchdog(
+        self, timeout: Seconds, on_expire: Callable[..., object], *args: object
+    ) -> Watchdog:
         """Run ``on_expire(*args)`` (sync or async) once, if not fed within ``timeout`` s.
 
         >>> dog = timer.watchdog(3.0, connection.close)
         >>> dog.feed()   # on every message from the peer
         """
         self._running_loop()
-        timeout = check_period("timeout", timeout)
+        silence = check_period("timeout", timeout)
         if not callable(on_expire):
             raise TypeError(f"on_expire must be callable, got {type(on_expire).__name__}")
-        dog = Watchdog(self, timeout, on_expire, args, contextvars.copy_context())
+        dog = Watchdog(self, silence, on_expire, args, contextvars.copy_context())
         self._file(dog, dog._when)
         return dog
 
@@ -620,14 +635,9 @@ class Timer:
             loop = self._check_loop()
         return loop
 
-    def _deadline_after(self, loop: asyncio.AbstractEventLoop, delay: float) -> float:
+    def _deadline_after(self, loop: asyncio.AbstractEventLoop, delay: Seconds) -> float:
         """``loop.time() + delay``, validated: TypeError for a non-number, ValueError for NaN."""
-        try:
-            when = loop.time() + delay
-        except TypeError:
-            raise TypeError(
-                f"delay must be a real number of seconds, got {type(delay).__name__}"
-            ) from None
+        when = loop.time() + seconds("delay", delay)
         if when != when:
             raise ValueError("deadline must not be NaN")
         return when

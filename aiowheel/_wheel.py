@@ -84,6 +84,9 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import Final
 
+from ._build import mypyc_attr
+from ._types import Count
+
 __all__ = ["NEVER", "Entry", "Wheel"]
 
 #: A deadline tick at or beyond this is "never": held outside the buckets, never due.
@@ -95,10 +98,12 @@ NEVER: Final[int] = 1 << 1024
 _SPAN_BITS: Final = 64
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Entry:
     """A timer as the wheel sees it: bucket links and a deadline tick.
 
-    Subclass it to attach a payload; the wheel only touches these three slots.
+    Subclass it to attach a payload; the wheel only touches these three slots. (In the
+    compiled build a subclass may be plain Python: the sans-IO core is usable on its own.)
     """
 
     __slots__ = ("_next", "_prev", "_tick")
@@ -172,7 +177,7 @@ class Wheel:
         "_span_bits",
     )
 
-    def __init__(self, slots: int = 64, *, start: int = 0) -> None:
+    def __init__(self, slots: Count = 64, *, start: Count = 0) -> None:
         """Build an empty wheel with ``slots`` buckets per level, whose clock reads ``start``.
 
         Raises ValueError if ``slots`` is not a power of two >= 2, TypeError if ``start`` is not
@@ -244,7 +249,7 @@ class Wheel:
 
     # -- the hot paths -------------------------------------------------------------------------
 
-    def add(self, entry: Entry, tick: int) -> int:
+    def add(self, entry: Entry, tick: Count) -> int:
         """File ``entry`` to become due at ``tick``.
 
         Returns the expiration tick of the bucket if this call queued it (the driver must make
@@ -272,7 +277,7 @@ class Wheel:
         self._removed += 1
         return True
 
-    def move(self, entry: Entry, tick: int) -> int:
+    def move(self, entry: Entry, tick: Count) -> int:
         """Change a pending entry's deadline to ``tick``; returns like :meth:`add`.
 
         Moving later (or to the same tick) is O(1) and touches no bucket: the entry is
@@ -402,7 +407,7 @@ class Wheel:
             heappop(heap)
         return None
 
-    def advance(self, now: int) -> list[Entry]:
+    def advance(self, now: Count) -> list[Entry]:
         """Move the clock to ``now`` and return every entry whose tick is ``<= now``.
 
         Entries come back in tick order and are no longer pending. Entries found in a due
