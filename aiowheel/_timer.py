@@ -151,10 +151,11 @@ class Timer:
         self, *, tick: Seconds = 0.001, slots: Count = 64, max_pending: Count | None = None
     ) -> None:
         """Create an unstarted Timer; see the class docstring for the parameters."""
+        given: object = tick  # as given: the compiled build sees `tick` as a float below
         if isinstance(tick, bool) or not isinstance(tick, int | float):
             raise TypeError(f"tick must be a number of seconds, got {type(tick).__name__}")
         if not 0 < tick < inf:
-            raise ValueError(f"tick must be a positive, finite number of seconds, got {tick!r}")
+            raise ValueError(f"tick must be a positive, finite number of seconds, got {given!r}")
         limit = sys.maxsize
         if max_pending is not None:
             if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:

@@ -51,15 +51,17 @@ async def test_overrunning_handler_gets_504_at_the_deadline_and_is_cancelled() -
     loop = asyncio.get_running_loop()
     async with serve(Config(request_timeout=0.3)) as (app, url):
         async with aiohttp.ClientSession() as client:
-            started = loop.time()
+            # Clock readings are compared with deadlines, never differences with durations:
+            # a difference can round to 0.29999999999995 though nothing fired early.
+            earliest = loop.time() + 0.3  # the server's deadline is no earlier than this
             async with client.get(f"{url}/slow?seconds=30") as response:
-                elapsed = loop.time() - started
+                answered = loop.time()
                 assert response.status == 504
                 body = await response.json()
         assert body == {"error": "gateway timeout", "timeout": 0.3}
-        assert elapsed >= 0.3  # never early, as the client sees it
-        (server_side,) = app[TIMED_OUT]
-        assert 0.3 <= server_side <= 0.3 + 0.1  # within deadline + 100 ms, server side
+        assert answered >= earliest  # never early, as the client sees it
+        (lateness,) = app[TIMED_OUT]
+        assert 0 <= lateness <= 0.1  # within deadline + 100 ms, server side
         # The handler's sleep was cancelled with its task: nothing is left in the wheel.
         assert len(app[TIMER]) == 0
 
@@ -101,11 +103,11 @@ async def test_two_thousand_concurrent_overruns_all_504_and_the_wheel_empties() 
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as client:
 
-            async def get(path: str) -> tuple[int, float]:
-                started = loop.time()
+            async def get(path: str) -> tuple[int, bool]:
+                earliest = loop.time() + timeout  # no server deadline is earlier than this
                 async with client.get(f"{url}{path}") as response:
                     await response.read()
-                    return response.status, loop.time() - started
+                    return response.status, loop.time() >= earliest
 
             slow = [asyncio.create_task(get("/slow?seconds=30")) for _ in range(2000)]
             await asyncio.sleep(0.2)
@@ -116,7 +118,7 @@ async def test_two_thousand_concurrent_overruns_all_504_and_the_wheel_empties() 
         # The fast request was answered while the overrunning ones waited out their deadline.
         assert still_waiting == 2000
         assert [s for s, _ in statuses] == [504] * 2000
-        assert min(e for _, e in statuses) >= timeout
+        assert all(not_early for _, not_early in statuses)
         for _ in range(200):  # the handlers' last unwinding; generous for a loaded machine
             if len(app[TIMER]) == 0:
                 break
@@ -141,13 +143,14 @@ async def test_websocket_heartbeats_and_a_silent_client_is_dropped() -> None:
             assert beats >= 5
             assert not ws.closed
         # A silent one is closed by the server once its watchdog expires.
+        # The server arms the watchdog while it accepts the connection: not before this.
+        earliest = loop.time() + 0.3
         async with client.ws_connect(f"{url}/ws") as ws:
-            started = loop.time()
             while True:
                 message = await ws.receive(timeout=5)
                 if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
                     break
-            assert loop.time() - started >= 0.3
+            assert loop.time() >= earliest
             assert ws.close_code == 4000
 
 

@@ -1,0 +1,156 @@
+"""The two builds: which one runs, the switch between them, and that bad input reads the same.
+
+CI sets ``AIOWHEEL_EXPECT_COMPILED`` (1 or 0) so that a silent fallback to pure Python on a
+machine that can compile fails the run instead of passing slowly.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import aiowheel
+from aiowheel._build import COMPILED_MODULES
+
+# Each entry is evaluated in a fresh interpreter under both builds; the outcome (exception type
+# and message, or the repr of the result) must be identical.
+BAD_INPUT_PROBES = [
+    "Timer(tick='1')",
+    "Timer(tick=0)",
+    "Timer(tick=True)",
+    "Timer(slots=64.0)",
+    "Timer(slots='64')",
+    "Timer(slots=3)",
+    "Timer(max_pending=0)",
+    "Timer(max_pending=1.5)",
+    "Timer(max_pending='x')",
+    "Wheel(slots=64.0)",
+    "Wheel(start=1.5)",
+    "Wheel().add(Entry(), 1.0)",
+    "Wheel().add(Entry(), '1')",
+    "Wheel().advance(None)",
+    "Wheel().advance(-1)",
+    "run(lambda t: t.call_later('5', print))",
+    "run(lambda t: t.call_later(None, print))",
+    "run(lambda t: t.call_later(nan, print))",
+    "run(lambda t: t.call_at('5', print))",
+    "run(lambda t: t.call_at(b'5', print))",
+    "run(lambda t: t.call_at(nan, print))",
+    "run(lambda t: t.call_later(1, 'not callable'))",
+    "run(lambda t: t.call_later(10**400, print).when())",
+    "run(lambda t: t.call_later(Fraction(1, 2), print).when() > 0)",
+    "run(lambda t: t.call_later(Decimal(1), print))",
+    "run(lambda t: t.timeout('5'))",
+    "run(lambda t: t.timeout(nan))",
+    "run(lambda t: t.timeout_at([]))",
+    "run(lambda t: t.timeout_at(nan))",
+    "run(lambda t: t.schedule_at('x', print))",
+    "run(lambda t: t.every('1', print))",
+    "run(lambda t: t.every(0, print))",
+    "run(lambda t: t.every(1, print, missed=3))",
+    "run(lambda t: t.every(1, print, missed='often'))",
+    "run(lambda t: t.every(1, print, start='now'))",
+    "run(lambda t: t.every(1, print, start=nan))",
+    "run(lambda t: t.interval(-1))",
+    "run(lambda t: t.watchdog(True, print))",
+    "run(lambda t: t.watchdog(1, 5))",
+    "arun(lambda t: t.sleep('1'))",
+    "arun(lambda t: t.sleep(nan))",
+    "arun(lambda t: t.sleep_until(object()))",
+    "arun(lambda t: t.wait_for(asyncio.sleep(0), '1'))",
+    "arun(reschedule_to('later'))",
+    "arun(reschedule_to(nan))",
+]
+
+_PROBE_SCRIPT = r"""
+import asyncio, json, sys
+from decimal import Decimal
+from fractions import Fraction
+from math import nan
+from aiowheel import COMPILED, Timer
+from aiowheel._wheel import Entry, Wheel
+
+def run(use):
+    async def main():
+        async with Timer() as t:
+            return use(t)
+    return asyncio.run(main())
+
+def arun(use):
+    async def main():
+        async with Timer() as t:
+            return await use(t)
+    return asyncio.run(main())
+
+def reschedule_to(when):
+    async def use(t):
+        async with t.timeout(10) as cm:
+            cm.reschedule(when)
+    return use
+
+out = []
+for probe in json.loads(sys.argv[1]):
+    try:
+        out.append(["ok", repr(eval(probe))])
+    except Exception as exc:
+        out.append([type(exc).__name__, str(exc)])
+print(json.dumps({"compiled": COMPILED, "outcomes": out}))
+"""
+
+
+def _probe(no_extensions: bool) -> dict[str, object]:
+    env = dict(os.environ)
+    env.pop("AIOWHEEL_NO_EXTENSIONS", None)
+    if no_extensions:
+        env["AIOWHEEL_NO_EXTENSIONS"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE_SCRIPT, json.dumps(BAD_INPUT_PROBES)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def test_the_expected_build_is_running() -> None:
+    expected = os.environ.get("AIOWHEEL_EXPECT_COMPILED")
+    if os.environ.get("AIOWHEEL_NO_EXTENSIONS", "") not in ("", "0"):
+        assert aiowheel.COMPILED is False
+    elif expected is not None:
+        assert aiowheel.COMPILED is (expected == "1")
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    for name in COMPILED_MODULES:
+        origin = sys.modules[f"aiowheel.{name}"].__spec__.origin  # type: ignore[union-attr]
+        assert origin is not None
+        assert origin.endswith(suffixes) is aiowheel.COMPILED, origin
+
+
+def test_the_switch_loads_every_module_from_source() -> None:
+    outcome = _probe(no_extensions=True)
+    assert outcome["compiled"] is False
+
+
+def test_bad_input_reads_the_same_in_both_builds() -> None:
+    compiled = _probe(no_extensions=False)
+    if not compiled["compiled"]:
+        assert os.environ.get("AIOWHEEL_EXPECT_COMPILED") != "1"
+        pytest.skip("no compiled build is installed here")
+    pure = _probe(no_extensions=True)
+    assert pure["compiled"] is False
+    for probe, got, want in zip(
+        BAD_INPUT_PROBES, compiled["outcomes"], pure["outcomes"], strict=True  # type: ignore[call-overload]
+    ):
+        assert got == want, f"{probe}: compiled {got} vs pure Python {want}"
+    # No mypyc wording leaked anywhere, and the probes really probe bad input.
+    messages = " ".join(message for _, message in pure["outcomes"])  # type: ignore[union-attr]
+    assert "object expected" not in messages
+    kinds = [kind for kind, _ in pure["outcomes"]]  # type: ignore[union-attr]
+    assert kinds.count("ok") == 2, pure["outcomes"]  # the huge int and the Fraction
