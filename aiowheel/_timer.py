@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from math import ceil, floor, inf
 from typing import Any, Final, TypeVar
 
+from ._build import COMPILED_MODULES, is_compiled
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import EMPTY_CONTEXT, Scheduled, Sleeper, TimerHandle, _Timed
 from ._periodic import (
@@ -308,7 +309,11 @@ class Timer:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._loop is not None else "unbound"
-        return f"<Timer {state} tick={self._tick} slots={self._slots} pending={len(self)}>"
+        build = "compiled" if is_compiled("aiowheel", COMPILED_MODULES) else "pure-Python"
+        return (
+            f"<Timer {state} tick={self._tick} slots={self._slots} pending={len(self)} "
+            f"build={build}>"
+        )
 
     @property
     def tick(self) -> float:

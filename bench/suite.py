@@ -159,6 +159,9 @@ def main(argv: list[str]) -> int:
 
     started = time.perf_counter()
     results = Results()
+    env = environment()
+    print(f"aiowheel {env['aiowheel']} ({env['build']} build), Python {env['python']}, "
+          f"uvloop {env['uvloop']}", flush=True)  # fmt: skip
     print(f"aiowheel bench ({mode}): {sizes.repeats} repeats, contenders alternate in each",
           flush=True)  # fmt: skip
     for workload in args.workloads:
@@ -462,6 +465,8 @@ def environment() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "system": f"{platform.system()} {platform.release()}",
         "aiowheel": aiowheel.__version__,
+        "compiled": aiowheel.COMPILED,
+        "build": "compiled (mypyc)" if aiowheel.COMPILED else "pure-Python",
     }
     try:
         import uvloop

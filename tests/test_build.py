@@ -154,3 +154,10 @@ def test_bad_input_reads_the_same_in_both_builds() -> None:
     assert "object expected" not in messages
     kinds = [kind for kind, _ in pure["outcomes"]]  # type: ignore[union-attr]
     assert kinds.count("ok") == 2, pure["outcomes"]  # the huge int and the Fraction
+
+
+@pytest.mark.anyio
+async def test_the_timer_repr_names_the_build() -> None:
+    async with aiowheel.Timer() as timer:
+        build = "compiled" if aiowheel.COMPILED else "pure-Python"
+        assert repr(timer).endswith(f"pending=0 build={build}>"), repr(timer)
