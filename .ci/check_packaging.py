@@ -49,6 +49,7 @@ def _imports_as(python: Path, cwd: Path) -> bool:
 
 
 def main() -> int:
+    """Run the three checks; raise AssertionError naming what is wrong."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         dist = work / "dist"
