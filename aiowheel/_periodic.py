@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import math
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,7 +35,7 @@ __all__ = ["MISSED_TICK_POLICIES", "Interval", "PeriodicHandle", "Watchdog"]
 
 MISSED_TICK_POLICIES: Final = ("burst", "delay", "skip")
 
-_get_running_loop: Final = asyncio._get_running_loop
+_get_ident: Final = threading.get_ident
 
 
 def check_period(name: str, value: object) -> float:
@@ -298,11 +299,11 @@ class Watchdog(_Runner):
             return False
         # Only the exact deadline moves: the entry keeps its bucket and wheel tick, and the
         # reaper re-files it from `_when` when that bucket comes due (the lazy re-file). The
-        # loop check of Timer._running_loop is inlined: this runs on every message. (A closed
-        # timer has unlinked every entry, so it was answered above.)
+        # only check this needs is the thread (see Timer._thread): this runs on every message.
+        # (A closed timer has unlinked every entry, so it was answered above.)
         timer = self._timer
-        if _get_running_loop() is not timer._loop:
-            timer._check_loop()
+        if _get_ident() != timer._thread:
+            timer._check_loop()  # raises: another thread (or a closed timer)
         self._when = timer._clock() + self._timeout
         return True
 

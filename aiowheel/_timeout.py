@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import sys
+import threading
 from collections.abc import Awaitable
 from math import ceil
 from types import TracebackType
@@ -41,6 +42,7 @@ _T = TypeVar("_T")
 # 3.13 also inserts the TimeoutError into the context chain of a foreign exception raised
 # while the timeout was expiring (gh-113848); 3.11 and 3.12 only convert CancelledError.
 _get_running_loop: Final = asyncio._get_running_loop
+_get_ident: Final = threading.get_ident
 
 if sys.version_info >= (3, 12):
     from _asyncio import current_task as _current_task  # the C function
@@ -121,21 +123,27 @@ class Timeout(_Timed):
             if self._state is _CREATED:
                 raise RuntimeError("Timeout has not been entered")
             raise RuntimeError(f"Cannot change state of {self._state.value} Timeout")
-        # The idle-timeout pattern calls this on every read, so the loop check is inlined
-        # and a later deadline costs one comparison and two stores: the entry keeps its
+        # The idle-timeout pattern calls this on every read, so a later deadline costs a
+        # thread check, a clock read, two comparisons and two stores: the entry keeps its
         # bucket and wheel tick, and the reaper re-files it from `_when` when that bucket
         # comes due (the wheel's lazy re-file, one level up: not even the tick is computed).
+        # While filed in the wheel, _soon is None (the two never coexist), and the timer is
+        # open (closing unlinks every entry).
         timer = self._timer
+        if when is not None and not isinstance(when, float):
+            when = seconds("deadline", when)  # a bad deadline changes nothing
+        if (
+            self._prev is not None
+            and when is not None
+            and when >= self._when
+            and _get_ident() == timer._thread
+            and when > timer._clock()
+        ):
+            self._deadline = self._when = when
+            return
         loop = timer._loop
         if _get_running_loop() is not loop or loop is None:
             loop = timer._check_loop()
-        if when is not None and not isinstance(when, float):
-            when = seconds("deadline", when)  # a bad deadline changes nothing
-        # (While filed in the wheel, _soon is None: the two never coexist.)
-        later = self._prev is not None and when is not None and when >= self._when
-        if later and when is not None and when > timer._clock():
-            self._deadline = self._when = when
-            return
         tick = 0 if when is None else timer._tick_for(when)  # NaN changes nothing either
         self._deadline = when
         soon = self._soon

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
+import threading
 import time
 import warnings
 import weakref
@@ -141,6 +142,7 @@ class Timer:
         "_ready",
         "_reaper",
         "_slots",
+        "_thread",
         "_tick",
         "_waiter",
         "_wake_handle",
@@ -171,6 +173,11 @@ class Timer:
         # again once closed, so that one identity check routes every odd case to _check_loop.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._bound_loop: asyncio.AbstractEventLoop | None = None
+        # The bound loop's thread. Pushing a deadline later (Timeout.reschedule, Watchdog.feed)
+        # rewrites one float that only the reaper reads, so the one thing it must check is the
+        # thread; comparing thread ids is ~5x cheaper on 3.11 than asking for the running loop
+        # (a getpid() system call there). No thread has id -1.
+        self._thread = -1
         self._epoch = 0.0
         self._closed = False
         self._closing_cause: str | None = None
@@ -203,6 +210,7 @@ class Timer:
             return running
         if running is not self._bound_loop:
             raise RuntimeError(f"Timer is bound to a different event loop ({self._bound_loop!r})")
+        self._thread = threading.get_ident()  # a loop may be run from another thread later
         return running
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -216,6 +224,7 @@ class Timer:
         else:
             self._clock = loop.time
         self._debug = loop.get_debug()
+        self._thread = threading.get_ident()
         # The reaper runs in an empty context: nothing of whoever started the timer leaks in.
         self._reaper = loop.create_task(self._reap(), context=contextvars.Context())
         # A loop closed with timers pending must not print "Task was destroyed but it is
@@ -268,6 +277,7 @@ class Timer:
         self._closed = True
         self._closing_cause = cause
         self._loop = None
+        self._thread = -1
         loop = self._bound_loop
         if loop is not None:
             count = _timers_per_loop.get(loop, 1) - 1

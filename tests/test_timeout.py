@@ -456,3 +456,28 @@ async def test_in_an_anyio_task_group() -> None:
         tg.start_soon(worker, 0.001)
         tg.start_soon(worker, 10)
     assert sorted(results) == ["ok", "timeout"]
+
+
+async def test_reschedule_and_feed_from_another_thread_raise_and_change_nothing() -> None:
+    import threading
+
+    async with aiowheel.Timer() as timer:
+        dog = timer.watchdog(5, print)
+        async with timer.timeout(10) as cm:
+            deadline, dog_deadline = cm.when(), dog.when()
+            errors: list[BaseException] = []
+
+            def other() -> None:
+                for push in (lambda: cm.reschedule(timer.time() + 20), dog.feed):
+                    try:
+                        push()
+                    except RuntimeError as exc:
+                        errors.append(exc)
+
+            thread = threading.Thread(target=other)
+            thread.start()
+            thread.join()
+            assert [type(e) for e in errors] == [RuntimeError, RuntimeError]
+            assert all("thread" in str(e) for e in errors), errors
+            assert (cm.when(), dog.when()) == (deadline, dog_deadline)
+        dog.cancel()
