@@ -52,12 +52,13 @@ class OptionalBuildExt(build_ext):
             print(PURE_PYTHON_LINE.format(f"compiling failed: {exc}"), file=sys.stderr)
 
     def _remove_partial_outputs(self) -> None:
-        # A shim module without its shared library would fail to import: keep all or nothing.
-        # (get_ext_fullpath is the in-place path under `pip install -e`.)
+        # All or nothing: a shim module without its shared library would fail to import, and
+        # an extension left in the source tree by an earlier build (`pip install -e`) would
+        # run stale code in place of the sources this build could not compile.
         for ext in self.extensions:
-            path = self.get_ext_fullpath(ext.name)
-            if os.path.exists(path):
-                os.remove(path)
+            for path in (self.get_ext_fullpath(ext.name), self.get_ext_filename(ext.name)):
+                if os.path.exists(path):
+                    os.remove(path)
 
 
 def _ext_modules() -> list[Any]:

@@ -299,10 +299,10 @@ class Watchdog(_Runner):
             return False
         # Only the exact deadline moves: the entry keeps its bucket and wheel tick, and the
         # reaper re-files it from `_when` when that bucket comes due (the lazy re-file). The
-        # only check this needs is the thread (see Timer._thread): this runs on every message.
+        # only check this needs is the thread (see Timer._thread_id): this runs on every message.
         # (A closed timer has unlinked every entry, so it was answered above.)
         timer = self._timer
-        if _get_ident() != timer._thread:
+        if _get_ident() != timer._thread_id:
             timer._check_loop()  # raises: another thread (or a closed timer)
         self._when = timer._clock() + self._timeout
         return True

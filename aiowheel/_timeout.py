@@ -136,7 +136,7 @@ class Timeout(_Timed):
             self._prev is not None
             and when is not None
             and when >= self._when
-            and _get_ident() == timer._thread
+            and _get_ident() == timer._thread_id
             and when > timer._clock()
         ):
             self._deadline = self._when = when

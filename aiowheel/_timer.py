@@ -142,7 +142,7 @@ class Timer:
         "_ready",
         "_reaper",
         "_slots",
-        "_thread",
+        "_thread_id",
         "_tick",
         "_waiter",
         "_wake_handle",
@@ -177,7 +177,7 @@ class Timer:
         # rewrites one float that only the reaper reads, so the one thing it must check is the
         # thread; comparing thread ids is ~5x cheaper on 3.11 than asking for the running loop
         # (a getpid() system call there). No thread has id -1.
-        self._thread = -1
+        self._thread_id = -1
         self._epoch = 0.0
         self._closed = False
         self._closing_cause: str | None = None
@@ -210,7 +210,7 @@ class Timer:
             return running
         if running is not self._bound_loop:
             raise RuntimeError(f"Timer is bound to a different event loop ({self._bound_loop!r})")
-        self._thread = threading.get_ident()  # a loop may be run from another thread later
+        self._thread_id = threading.get_ident()  # a loop may be run from another thread later
         return running
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -224,7 +224,7 @@ class Timer:
         else:
             self._clock = loop.time
         self._debug = loop.get_debug()
-        self._thread = threading.get_ident()
+        self._thread_id = threading.get_ident()
         # The reaper runs in an empty context: nothing of whoever started the timer leaks in.
         self._reaper = loop.create_task(self._reap(), context=contextvars.Context())
         # A loop closed with timers pending must not print "Task was destroyed but it is
@@ -277,7 +277,7 @@ class Timer:
         self._closed = True
         self._closing_cause = cause
         self._loop = None
-        self._thread = -1
+        self._thread_id = -1
         loop = self._bound_loop
         if loop is not None:
             count = _timers_per_loop.get(loop, 1) - 1
