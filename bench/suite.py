@@ -116,6 +116,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--repeats", type=int, default=None, help="override the repeat count")
     parser.add_argument(
+        "--churn-pending",
+        default=None,
+        help="comma-separated pending counts for churn, overriding the mode's (e.g. 1000,1000000)",
+    )
+    parser.add_argument(
         "--replot",
         metavar="JSON",
         default=None,
@@ -133,6 +138,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
         setattr(args, name, chosen)
     if args.repeats is not None and args.repeats < 1:
         parser.error("--repeats must be >= 1")
+    if args.churn_pending is not None:
+        try:
+            pending = tuple(int(x) for x in args.churn_pending.split(","))
+        except ValueError:
+            pending = ()
+        if not pending or min(pending) < 1:
+            parser.error(f"--churn-pending takes positive integers, got {args.churn_pending!r}")
+        args.churn_pending = pending
     return args
 
 
@@ -147,6 +160,8 @@ def main(argv: list[str]) -> int:
     sizes = MODES[mode]
     if args.repeats:
         sizes = Sizes(args.repeats, *list(vars(sizes).values())[1:])
+    if args.churn_pending:
+        sizes = Sizes(sizes.repeats, args.churn_pending, *list(vars(sizes).values())[2:])
     contenders = list(args.contenders)
     if not _uvloop_available():
         skipped = [c for c in contenders if c.endswith("/uvloop")]
