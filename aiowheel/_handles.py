@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
+from . import _awaiting
 from ._wheel import Entry, Wheel
 
 if TYPE_CHECKING:
@@ -227,7 +228,7 @@ class Scheduled(_Timed):
         self._target = None
         if target is None or self._future.done():
             return
-        coro = target if asyncio.iscoroutine(target) else _call(target, self._args)
+        coro = target if asyncio.iscoroutine(target) else _awaiting.call(target, self._args)
         task = timer._loop_create_task(coro, self._context)
         self._task = task
         task.add_done_callback(self._on_task_done)
@@ -267,13 +268,6 @@ class Scheduled(_Timed):
                 future.cancel()
             else:
                 future.set_exception(exc)
-
-
-async def _call(function: Callable[..., Any], args: tuple[object, ...]) -> Any:
-    result = function(*args)
-    if isinstance(result, Awaitable):
-        result = await result
-    return result
 
 
 def _callback_repr(callback: Callable[..., object]) -> str:

@@ -23,9 +23,10 @@ import asyncio
 import contextvars
 import math
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
+from . import _awaiting
 from ._handles import _Timed
 
 if TYPE_CHECKING:
@@ -367,9 +368,5 @@ class Interval(AsyncIterator[float]):
     def __aiter__(self) -> Interval:
         return self
 
-    async def __anext__(self) -> float:
-        schedule = self._schedule
-        deadline = schedule.deadline()
-        await self._timer.sleep_until(deadline)
-        schedule.advance(self._timer.time())
-        return deadline
+    def __anext__(self) -> Coroutine[Any, Any, float]:
+        return _awaiting.next_tick(self)

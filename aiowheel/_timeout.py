@@ -1,4 +1,4 @@
-"""Timeout and wait_for: drop-ins for ``asyncio.timeout`` / ``asyncio.wait_for`` on a Timer.
+"""Timeout: a drop-in for ``asyncio.timeout`` on a Timer (``wait_for`` is in _awaiting).
 
 The semantics are CPython's ``Lib/asyncio/timeouts.py`` of the running interpreter, line for
 line: the same state machine (CREATED, ENTERED, EXPIRING, EXPIRED, EXITED, with asyncio's state
@@ -22,7 +22,6 @@ import asyncio
 import enum
 import sys
 import threading
-from collections.abc import Awaitable
 from math import ceil
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, TypeVar, final
@@ -277,41 +276,3 @@ def _insert_timeout_error(exc_val: BaseException) -> None:
             exc_val.__context__ = te
             break
         exc_val = exc_val.__context__
-
-
-async def wait_for(timer: Timer, aw: Awaitable[_T], timeout: Seconds | None) -> _T:  # noqa: ASYNC109
-    """``asyncio.wait_for`` with 3.12+ semantics, on ``timer``'s timeouts.
-
-    A coroutine runs in the caller's task (no extra task); ``timeout <= 0`` cancels at once
-    and raises TimeoutError unless the awaitable is already done; None waits forever.
-    """
-    if timeout is not None and not isinstance(timeout, float):
-        timeout = seconds("timeout", timeout)
-    if timeout is not None and timeout <= 0:
-        fut = asyncio.ensure_future(aw)
-        if fut.done():
-            return fut.result()
-        await _cancel_and_wait(fut)
-        try:
-            return fut.result()
-        except asyncio.CancelledError as exc:
-            raise chained(TimeoutError(), exc) from exc
-    async with timer.timeout(timeout):
-        return await aw
-
-
-async def _cancel_and_wait(fut: asyncio.Future[_T]) -> None:
-    """Cancel ``fut`` and wait until it is done, without being cancelled by it."""
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[None] = loop.create_future()
-
-    def release(_: object) -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    fut.add_done_callback(release)
-    try:
-        fut.cancel()
-        await waiter
-    finally:
-        fut.remove_done_callback(release)

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from math import ceil, floor, inf
 from typing import Any, Final, TypeVar
 
+from . import _awaiting
 from ._build import COMPILED_MODULES, is_compiled
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import EMPTY_CONTEXT, Scheduled, Sleeper, TimerHandle, _Timed
@@ -60,7 +61,7 @@ from ._periodic import (
     check_missed,
     check_period,
 )
-from ._timeout import Timeout, wait_for
+from ._timeout import Timeout
 from ._types import Count, Name, Seconds, seconds
 from ._wheel import NEVER, Wheel
 
@@ -226,7 +227,7 @@ class Timer:
         self._debug = loop.get_debug()
         self._thread_id = threading.get_ident()
         # The reaper runs in an empty context: nothing of whoever started the timer leaks in.
-        self._reaper = loop.create_task(self._reap(), context=contextvars.Context())
+        self._reaper = loop.create_task(_awaiting.reap(self), context=contextvars.Context())
         # A loop closed with timers pending must not print "Task was destroyed but it is
         # pending!" for the reaper: asyncio drops its own pending TimerHandles silently too.
         self._reaper._log_destroy_pending = False  # type: ignore[attr-defined]
@@ -249,9 +250,9 @@ class Timer:
             self._check_loop()
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    def __aexit__(self, *exc_info: object) -> Coroutine[Any, Any, None]:
         """Close the timer (see :meth:`aclose`)."""
-        await self.aclose()
+        return _awaiting.exit(self)
 
     def close(self) -> list[TimerHandle]:
         """Stop the timer and return the callback handles that never fired (Netty's stop()).
@@ -263,13 +264,10 @@ class Timer:
         """
         return self._shutdown(None, None)
 
-    async def aclose(self) -> list[TimerHandle]:
-        """:meth:`close`, then wait for the reaper task to finish."""
-        reaper = self._reaper
-        unfired = self.close()
-        if reaper is not None and reaper is not asyncio.current_task():
-            await asyncio.wait([reaper])
-        return unfired
+    def aclose(self) -> Coroutine[Any, Any, list[TimerHandle]]:
+        """:meth:`close`, then wait for the reaper task to finish (a coroutine)."""
+        # Every coroutine that awaits is plain Python: see aiowheel._awaiting.
+        return _awaiting.aclose(self)
 
     def _shutdown(self, exc: BaseException | None, cause: str | None) -> list[TimerHandle]:
         if self._closed:
@@ -430,43 +428,34 @@ class Timer:
             self._arm()
         return handle
 
-    async def sleep_until(self, deadline: Seconds, result: _T = None) -> _T:  # type: ignore[assignment]
-        """Sleep until ``loop.time() >= deadline``, then return ``result``.
+    def sleep_until(self, deadline: Seconds, result: _T = None) -> Coroutine[Any, Any, _T]:  # type: ignore[assignment]
+        """Sleep until ``loop.time() >= deadline``, then return ``result`` (a coroutine).
 
         Cancelling the sleeping task takes its timer out of the wheel at once.
         """
+        return _awaiting.sleep(self, deadline, result, until=True)
+
+    def sleep(self, delay: Seconds, result: _T = None) -> Coroutine[Any, Any, _T]:  # type: ignore[assignment]
+        """Sleep ``delay`` seconds, then return ``result``; like ``asyncio.sleep``."""
+        return _awaiting.sleep(self, delay, result, until=False)
+
+    def _sleeper_at(self, deadline: Seconds, result: object) -> Sleeper | None:
+        """The synchronous part of sleep_until (see aiowheel._awaiting)."""
         loop = self._loop
         if _get_running_loop() is not loop or loop is None:
             loop = self._check_loop()
         if not isinstance(deadline, float):
             deadline = seconds("deadline", deadline)
-        entry = self._sleeper(loop, deadline, result)
-        if entry is None:
-            await asyncio.sleep(0)
-            return result
-        try:
-            return await entry._future  # type: ignore[no-any-return]
-        finally:
-            if entry._prev is not None:
-                self._wheel.remove(entry)
+        return self._sleeper(loop, deadline, result)
 
-    async def sleep(self, delay: Seconds, result: _T = None) -> _T:  # type: ignore[assignment]
-        """Sleep ``delay`` seconds, then return ``result``; like ``asyncio.sleep``."""
-        # sleep_until's body, not a call to it: one coroutine per sleep instead of two.
+    def _sleeper_after(self, delay: Seconds, result: object) -> Sleeper | None:
+        """The synchronous part of sleep (see aiowheel._awaiting)."""
         loop = self._loop
         if _get_running_loop() is not loop or loop is None:
             loop = self._check_loop()
         if not isinstance(delay, float):
             delay = seconds("delay", delay)
-        entry = self._sleeper(loop, self._clock() + delay, result)
-        if entry is None:
-            await asyncio.sleep(0)
-            return result
-        try:
-            return await entry._future  # type: ignore[no-any-return]
-        finally:
-            if entry._prev is not None:
-                self._wheel.remove(entry)
+        return self._sleeper(loop, self._clock() + delay, result)
 
     def _sleeper(
         self, loop: asyncio.AbstractEventLoop, deadline: float, result: object
@@ -566,9 +555,19 @@ class Timer:
         self._tick_for(when)  # refuses NaN
         return Timeout(when, self)
 
-    async def wait_for(self, aw: Awaitable[_T], timeout: Seconds | None) -> _T:  # noqa: ASYNC109
-        """``asyncio.wait_for`` with the 3.12+ semantics on every version, on this timer."""
-        return await wait_for(self, aw, timeout)
+    def wait_for(self, aw: Awaitable[_T], timeout: Seconds | None) -> Coroutine[Any, Any, _T]:
+        """``asyncio.wait_for`` with the 3.12+ semantics on every version, on this timer.
+
+        A coroutine runs in the caller's task (no extra task); ``timeout <= 0`` cancels at
+        once and raises TimeoutError unless the awaitable is already done; None waits forever.
+        """
+        return _awaiting.wait_for(self, aw, timeout)
+
+    def _wait_for_timeout(self, timeout: Seconds | None) -> float | None:
+        """wait_for's ``timeout``, validated."""
+        if timeout is None or isinstance(timeout, float):
+            return timeout
+        return seconds("timeout", timeout)
 
     # -- heartbeats ---------------------------------------------------------------------------
 
@@ -735,57 +734,60 @@ class Timer:
             )
         self._shutdown(TimerClosedError(f"timer closed: {cause}"), f" ({cause})")
 
-    async def _reap(self) -> None:
+    def _reaper_waiter(self) -> asyncio.Future[None]:
+        """The future the reaper task awaits next: resolved when the earliest bucket is due."""
+        loop = self._bound_loop
+        assert loop is not None
+        if self._armed == _REAPER_AWAKE or self._wake_handle is None:
+            self._arm()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter
+        return waiter
+
+    def _reap_due(self) -> None:
+        """The reaper woke: advance the wheel to now and dispatch every due entry."""
         loop = self._bound_loop
         assert loop is not None
         wheel = self._wheel
-        epoch = self._epoch
-        inverse_tick = self._inverse_tick
-        while True:
-            if self._armed == _REAPER_AWAKE or self._wake_handle is None:
-                self._arm()
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._waiter = waiter
-            await waiter
-            self._waiter = None
-            self._armed = _REAPER_AWAKE
-            self._wakeups += 1
-            self._debug = loop.get_debug()
-            now = loop.time()
-            # The epsilon absorbs float error at tick boundaries (a reading of 10.9999999
-            # ticks on a clock that says "tick 11 has begun"); without it uvloop, whose
-            # clock moves in whole milliseconds, would spin for a millisecond. Entries are
-            # still checked against their exact deadline below.
-            now_tick = floor((now - epoch) * inverse_tick + _TICK_EPSILON)
-            if now_tick < wheel.elapsed:
-                continue  # woken early, before the last tick we processed ended
-            due = wheel.advance(now_tick)
-            fired = 0
-            lateness = self._max_lateness
-            for entry in due:
-                assert isinstance(entry, _Timed)
-                when = entry._when
-                if when > now:
-                    # Not due after all: its deadline was pushed back without touching the
-                    # wheel (Timeout.reschedule, Watchdog.feed: the lazy re-file), or float
-                    # rounding put it a hair early. File it again from the exact deadline.
-                    tick = self._tick_for(when)
-                    wheel.insert(entry, tick if tick > now_tick else now_tick + 1)
-                    continue
-                fired += 1
-                if now - when > lateness:
-                    lateness = now - when
-                try:
-                    entry._fire(self)
-                except Exception as exc:  # a bug must cost one timer, not the reaper
-                    loop.call_exception_handler(
-                        {"message": f"aiowheel: error firing {entry!r}", "exception": exc}
-                    )
-            self._fired += fired
-            self._max_lateness = lateness
-            if self._ready:
-                loop.call_soon(self._run_ready, self._ready)
-                self._ready = []
+        self._waiter = None
+        self._armed = _REAPER_AWAKE
+        self._wakeups += 1
+        self._debug = loop.get_debug()
+        now = loop.time()
+        # The epsilon absorbs float error at tick boundaries (a reading of 10.9999999 ticks
+        # on a clock that says "tick 11 has begun"); without it uvloop, whose clock moves in
+        # whole milliseconds, would spin for a millisecond. Entries are still checked against
+        # their exact deadline below.
+        now_tick = floor((now - self._epoch) * self._inverse_tick + _TICK_EPSILON)
+        if now_tick < wheel.elapsed:
+            return  # woken early, before the last tick we processed ended
+        due = wheel.advance(now_tick)
+        fired = 0
+        lateness = self._max_lateness
+        for entry in due:
+            assert isinstance(entry, _Timed)
+            when = entry._when
+            if when > now:
+                # Not due after all: its deadline was pushed back without touching the wheel
+                # (Timeout.reschedule, Watchdog.feed: the lazy re-file), or float rounding put
+                # it a hair early. File it again from the exact deadline.
+                tick = self._tick_for(when)
+                wheel.insert(entry, tick if tick > now_tick else now_tick + 1)
+                continue
+            fired += 1
+            if now - when > lateness:
+                lateness = now - when
+            try:
+                entry._fire(self)
+            except Exception as exc:  # a bug must cost one timer, not the reaper
+                loop.call_exception_handler(
+                    {"message": f"aiowheel: error firing {entry!r}", "exception": exc}
+                )
+        self._fired += fired
+        self._max_lateness = lateness
+        if self._ready:
+            loop.call_soon(self._run_ready, self._ready)
+            self._ready = []
 
 
 def _check_not_coroutine_function(callback: Callable[..., object]) -> None:

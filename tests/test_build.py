@@ -161,3 +161,45 @@ async def test_the_timer_repr_names_the_build() -> None:
     async with aiowheel.Timer() as timer:
         build = "compiled" if aiowheel.COMPILED else "pure-Python"
         assert repr(timer).endswith(f"pending=0 build={build}>"), repr(timer)
+
+
+def test_cancelling_and_closing_emit_no_warnings() -> None:
+    """Every way an aiowheel coroutine can be interrupted, under warnings-as-errors.
+
+    (mypyc's coroutines throw into what they await with the three-argument throw() that
+    Python 3.12 deprecates; the compiled build must not await anything that way.)
+    """
+    import asyncio
+    import warnings
+
+    async def main() -> None:
+        timer = aiowheel.get_timer()
+        sleeper = asyncio.ensure_future(timer.sleep(10))
+        until = asyncio.ensure_future(timer.sleep_until(timer.time() + 10))
+
+        async def ticks() -> None:
+            async for _ in timer.interval(10):
+                pass
+
+        interval = asyncio.ensure_future(ticks())
+        scheduled = timer.schedule_later(0, asyncio.sleep, 10)
+        await asyncio.sleep(0.01)
+        for task in (sleeper, until, interval, scheduled):
+            task.cancel()
+        for task in (sleeper, until, interval, scheduled):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        with pytest.raises(TimeoutError):
+            await timer.wait_for(asyncio.sleep(10), 0.01)
+        with pytest.raises(TimeoutError):
+            await timer.wait_for(asyncio.sleep(10), 0)
+        with pytest.raises(TimeoutError):
+            async with timer.timeout(0.01):
+                await asyncio.sleep(10)
+        async with aiowheel.Timer() as own:
+            await own.sleep(0.001)
+        timer.call_later(10, print)  # pending at exit: asyncio.run cancels the reaper
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        asyncio.run(main())
