@@ -29,6 +29,11 @@ resolve their future; scheduled coroutines start as Tasks; timeouts cancel their
 periodic timer re-files itself from inside the pass; it left the count when it came due, so
 ``max_pending`` can never refuse it.
 
+Compiled build. This module is compiled with mypyc where possible; its coroutines are not
+(see :mod:`aiowheel._awaiting`): the reaper task is a plain-Python loop that awaits
+:meth:`Timer._reaper_waiter` and calls the compiled :meth:`Timer._reap_due`, so all the
+per-timer work stays in C and nothing compiled ever suspends.
+
 Failure. If the reaper task is cancelled from outside (``asyncio.run`` does this to every task
 at exit) or dies of a bug, the Timer closes itself: pending sleepers and scheduled futures fail
 with :class:`TimerClosedError` naming the cause, pending callbacks are marked cancelled, and any
