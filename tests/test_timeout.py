@@ -87,6 +87,14 @@ async def test_nested_expiring_together_only_the_outermost_raises(timeout: Any) 
             except BaseException as exc:
                 inner_saw.append(type(exc))
                 raise
+    if timeout is asyncio.timeout and type(loop).__module__.startswith("uvloop"):
+        # The reference on uvloop: it turns each absolute deadline into a relative delay in
+        # whole milliseconds when the handle is made, so the two may fire in different loop
+        # iterations, and then the inner one raises first. (aiowheel files both in one bucket
+        # and fires them in one pass: for it the strict assertion below always holds.)
+        assert inner_saw in ([asyncio.CancelledError], [TimeoutError])
+        assert outer.expired()
+        return
     assert inner_saw == [asyncio.CancelledError]
     assert outer.expired() and inner.expired()
 
