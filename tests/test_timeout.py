@@ -93,7 +93,7 @@ async def test_nested_expiring_together_only_the_outermost_raises(timeout: Any) 
         # iterations, and then the inner one raises first. (aiowheel files both in one bucket
         # and fires them in one pass: for it the strict assertion below always holds.)
         assert inner_saw in ([asyncio.CancelledError], [TimeoutError])
-        assert outer.expired()
+        assert inner.expired()
         return
     assert inner_saw == [asyncio.CancelledError]
     assert outer.expired() and inner.expired()
