@@ -175,7 +175,8 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     results = Results()
     env = environment()
-    print(f"aiowheel {env['aiowheel']} ({env['build']} build), Python {env['python']}, "
+    build = "compiled" if env["compiled"] else "pure-Python"
+    print(f"aiowheel {env['aiowheel']} ({build} build), Python {env['python']}, "
           f"uvloop {env['uvloop']}", flush=True)  # fmt: skip
     print(f"aiowheel bench ({mode}): {sizes.repeats} repeats, contenders alternate in each",
           flush=True)  # fmt: skip
