@@ -163,7 +163,8 @@ async def test_the_timer_repr_names_the_build() -> None:
         assert repr(timer).endswith(f"pending=0 build={build}>"), repr(timer)
 
 
-def test_cancelling_and_closing_emit_no_warnings() -> None:
+@pytest.mark.parametrize("use_uvloop", [False, True], ids=["asyncio", "uvloop"])
+def test_cancelling_and_closing_emit_no_warnings(use_uvloop: bool) -> None:
     """Every way an aiowheel coroutine can be interrupted, under warnings-as-errors.
 
     (mypyc's coroutines throw into what they await with the three-argument throw() that
@@ -200,6 +201,10 @@ def test_cancelling_and_closing_emit_no_warnings() -> None:
             await own.sleep(0.001)
         timer.call_later(10, print)  # pending at exit: asyncio.run cancels the reaper
 
+    import uvloop
+
+    factory = uvloop.new_event_loop if use_uvloop else asyncio.new_event_loop
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(main())
