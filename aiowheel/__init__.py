@@ -28,6 +28,7 @@ from ._default import (
 )
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import TimerHandle
+from ._loop import loop_factory, new_event_loop, run
 from ._periodic import Interval, PeriodicHandle, Watchdog
 from ._timeout import Timeout
 from ._timer import Timer, TimerStats
@@ -49,6 +50,9 @@ __all__ = [
     "call_at",
     "call_later",
     "get_timer",
+    "loop_factory",
+    "new_event_loop",
+    "run",
     "sleep",
     "sleep_until",
     "timeout",

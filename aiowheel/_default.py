@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 from ._handles import TimerHandle
+from ._loop import timer_of
 from ._timeout import Timeout
 from ._timer import Timer
 from ._types import Seconds
@@ -56,7 +57,8 @@ _last: Final = _Last()
 def get_timer() -> Timer:
     """The running loop's default Timer, created (and bound) on first use.
 
-    Raises RuntimeError outside a running loop.
+    On a loop-mode loop (:func:`aiowheel.new_event_loop`) this is the loop's own Timer, the
+    wheel its ``call_at`` / ``call_later`` use. Raises RuntimeError outside a running loop.
     """
     loop = _get_running_loop()
     ref = _last.loop
@@ -66,6 +68,8 @@ def get_timer() -> Timer:
     if loop is None:
         raise RuntimeError("aiowheel.get_timer() needs a running event loop")
     timer = _timers.get(loop)
+    if timer is None:
+        timer = timer_of(loop)  # a loop-mode loop's own wheel
     if timer is None or timer.closed():
         timer = Timer()
         timer._check_loop()  # bind now, in this loop

@@ -96,6 +96,17 @@ class TimerHandle(_Timed):
         """The deadline, in the loop's clock, exactly as scheduled."""
         return self._when
 
+    def get_context(self) -> contextvars.Context:
+        """The context the callback runs in (as ``asyncio.Handle.get_context``).
+
+        A callback scheduled from an empty context runs in a fresh empty context each time;
+        for it this returns a new empty Context.
+        """
+        context = self._context
+        if context is EMPTY_CONTEXT:
+            return contextvars.Context()
+        return context
+
     def cancel(self) -> bool:
         """Cancel the callback. True if this call cancelled it; False if it had already run
         or been cancelled. A pending handle leaves the wheel at once (O(1))."""

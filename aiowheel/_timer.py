@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from math import ceil, floor, inf
 from typing import Any, Final, TypeVar
 
-from . import _awaiting
+from . import _awaiting, _debug
 from ._build import COMPILED_MODULES, is_compiled
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import EMPTY_CONTEXT, Scheduled, Sleeper, TimerHandle, _Timed
@@ -85,6 +85,9 @@ _REAPER_AWAKE: Final = -NEVER
 # See the reaper: a clock reading within this fraction of a tick below a boundary counts as
 # having reached it.
 _TICK_EPSILON: Final = 1e-6
+
+# Int delays below this convert to float exactly; loop mode hands larger ones to the loop.
+_EXACT_INT: Final = 1 << 53
 
 # Past this many live Timers on one loop, warn once (Netty's too-many-instances lesson).
 TOO_MANY_TIMERS: Final = 64
@@ -139,18 +142,23 @@ class Timer:
         "_closed",
         "_closing_cause",
         "_debug",
+        "_debug_checks",
         "_epoch",
         "_fired",
         "_inverse_tick",
         "_limit",
         "_loop",
         "_max_lateness",
+        "_near",
         "_ready",
         "_reaper",
         "_slots",
+        "_slow_call_at",
+        "_slow_call_later",
         "_thread_id",
         "_tick",
         "_waiter",
+        "_wake_at",
         "_wake_handle",
         "_wakeups",
         "_wheel",
@@ -198,6 +206,15 @@ class Timer:
         self._max_lateness = 0.0
         self._ready: list[_Timed] = []
         self._clock: Callable[[], float] = time.monotonic
+        # Loop mode (aiowheel._loop) only. `_near`: deadlines nearer than this go to the loop's
+        # own heap (inf: none come here through the loop). `_wake_at` files the wake-up handle
+        # on the loop's heap, and its callback is the reaper itself (no reaper task). The
+        # `_slow_*` functions take every call_at / call_later the fast path does not.
+        self._near = inf
+        self._wake_at: Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None = None
+        self._slow_call_at: Callable[..., object] = _not_in_loop_mode
+        self._slow_call_later: Callable[..., object] = _not_in_loop_mode
+        self._debug_checks: Callable[[object, str], None] = _no_debug_checks
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -220,6 +237,17 @@ class Timer:
         return running
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._adopt(loop)
+        # The reaper runs in an empty context: nothing of whoever started the timer leaks in.
+        self._reaper = loop.create_task(_awaiting.reap(self), context=contextvars.Context())
+        # A loop closed with timers pending must not print "Task was destroyed but it is
+        # pending!" for the reaper: asyncio drops its own pending TimerHandles silently too.
+        self._reaper._log_destroy_pending = False  # type: ignore[attr-defined]
+        self._reaper.add_done_callback(self._on_reaper_done)
+        self._loop = loop
+
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Take ``loop``'s clock, debug flag and thread; count this timer against the loop."""
         self._bound_loop = loop
         self._epoch = loop.time()
         # The loop's clock, as a direct call where the loop has not replaced asyncio's
@@ -231,13 +259,6 @@ class Timer:
             self._clock = loop.time
         self._debug = loop.get_debug()
         self._thread_id = threading.get_ident()
-        # The reaper runs in an empty context: nothing of whoever started the timer leaks in.
-        self._reaper = loop.create_task(_awaiting.reap(self), context=contextvars.Context())
-        # A loop closed with timers pending must not print "Task was destroyed but it is
-        # pending!" for the reaper: asyncio drops its own pending TimerHandles silently too.
-        self._reaper._log_destroy_pending = False  # type: ignore[attr-defined]
-        self._reaper.add_done_callback(self._on_reaper_done)
-        self._loop = loop
         count = _timers_per_loop.get(loop, 0) + 1
         _timers_per_loop[loop] = count
         if count > TOO_MANY_TIMERS and loop not in _warned_loops:
@@ -246,7 +267,7 @@ class Timer:
                 f"{count} aiowheel Timers are running on one event loop; a Timer is built to "
                 "be shared: use aiowheel.get_timer() (or pass one Timer around) instead",
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
 
     async def __aenter__(self) -> Timer:
@@ -432,6 +453,66 @@ class Timer:
         if wheel.insert(handle, tick) < self._armed:
             self._arm()
         return handle
+
+    # -- loop mode (aiowheel._loop): the loop's call_at / call_later ----------------------------
+
+    def _attach_loop(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        near: float,
+        wake_at: Callable[[float, Callable[[], None]], asyncio.TimerHandle],
+        slow_call_at: Callable[..., object],
+        slow_call_later: Callable[..., object],
+        debug_checks: Callable[[object, str], None],
+    ) -> None:
+        """Become ``loop``'s own wheel, before the loop runs (see aiowheel._loop)."""
+        self._adopt(loop)
+        self._loop = loop
+        self._near = near
+        self._wake_at = wake_at
+        self._slow_call_at = slow_call_at
+        self._slow_call_later = slow_call_later
+        self._debug_checks = debug_checks
+
+    def _loop_call_at(
+        self,
+        when: object,
+        callback: object,
+        *args: object,
+        context: contextvars.Context | None = None,
+    ) -> object:
+        """``loop.call_at`` of a loop-mode loop: the wheel for a float deadline at least
+        ``near`` ahead and a callable; the slow path (the loop's own heap) otherwise."""
+        if (
+            isinstance(when, float)
+            and when - self._clock() >= self._near
+            and callable(callback)
+            and not self._closed
+        ):
+            if self._debug:
+                self._debug_checks(callback, "call_at")
+            return self._call(when, callback, args, context)
+        return self._slow_call_at(when, callback, *args, context=context)
+
+    def _loop_call_later(
+        self,
+        delay: object,
+        callback: object,
+        *args: object,
+        context: contextvars.Context | None = None,
+    ) -> object:
+        """``loop.call_later`` of a loop-mode loop (see :meth:`_loop_call_at`)."""
+        if isinstance(delay, float):
+            seconds_ahead = delay
+        elif isinstance(delay, int) and -_EXACT_INT < delay < _EXACT_INT:
+            seconds_ahead = float(delay)  # asyncio.sleep(5): an int delay is common
+        else:
+            return self._slow_call_later(delay, callback, *args, context=context)
+        if seconds_ahead >= self._near and callable(callback) and not self._closed:
+            if self._debug:
+                self._debug_checks(callback, "call_later")
+            return self._call(self._clock() + seconds_ahead, callback, args, context)
+        return self._slow_call_later(delay, callback, *args, context=context)
 
     def sleep_until(self, deadline: Seconds, result: _T = None) -> Coroutine[Any, Any, _T]:  # type: ignore[assignment]
         """Sleep until ``loop.time() >= deadline``, then return ``result`` (a coroutine).
@@ -694,7 +775,11 @@ class Timer:
             self._armed = NEVER
             return
         self._armed = expiration
-        self._wake_handle = loop.call_at(self._epoch + expiration * self._tick, self._wake)
+        wake_at = self._wake_at
+        if wake_at is None:
+            self._wake_handle = loop.call_at(self._epoch + expiration * self._tick, self._wake)
+        else:
+            self._wake_handle = wake_at(self._epoch + expiration * self._tick, self._drive)
 
     def _wake(self) -> None:
         self._wake_handle = None
@@ -750,7 +835,49 @@ class Timer:
         return waiter
 
     def _reap_due(self) -> None:
-        """The reaper woke: advance the wheel to now and dispatch every due entry."""
+        """The reaper task woke: advance the wheel to now and dispatch every due entry."""
+        self._advance()
+        if self._ready:
+            self._dispatch_ready(inline=False)
+
+    def _drive(self) -> None:
+        """Loop mode's reaper: the wake-up handle's own callback (see aiowheel._loop).
+
+        It advances the wheel, re-arms, then runs the due callbacks right here, inside this
+        loop callback: they run in the loop iteration that found them due, as the loop's own
+        timer handles do, with no task and no extra loop handle in between.
+        """
+        self._wake_handle = None
+        if self._closed:
+            return
+        try:
+            self._advance()
+        finally:
+            self._arm()
+        if self._ready:
+            self._dispatch_ready(inline=True)
+
+    def _dispatch_ready(self, inline: bool) -> None:
+        """Hand the due callbacks collected in ``_ready`` to the loop.
+
+        Normally as one batch (one loop callback, or run inline by loop mode's reaper). In
+        debug mode each gets a loop callback of its own, so that asyncio's debug machinery
+        (the slow-callback report, the current handle) sees and names each one.
+        """
+        batch = self._ready
+        self._ready = []
+        loop = self._bound_loop
+        assert loop is not None
+        if self._debug:
+            for handle in batch:
+                loop.call_soon(_debug.DueCallback(handle))
+        elif inline:
+            Timer._run_ready(batch)
+        else:
+            loop.call_soon(self._run_ready, batch)
+
+    def _advance(self) -> None:
+        """Advance the wheel to now: fire every due entry, queueing callbacks in ``_ready``."""
         loop = self._bound_loop
         assert loop is not None
         wheel = self._wheel
@@ -790,12 +917,17 @@ class Timer:
                 )
         self._fired += fired
         self._max_lateness = lateness
-        if self._ready:
-            loop.call_soon(self._run_ready, self._ready)
-            self._ready = []
 
 
 def _check_not_coroutine_function(callback: Callable[..., object]) -> None:
     # asyncio makes this check in debug mode only, for its cost; so do we.
     if asyncio.iscoroutinefunction(callback):
         raise TypeError("coroutine functions cannot be used with call_at(); use schedule_at()")
+
+
+def _not_in_loop_mode(*args: object, **kwargs: object) -> object:
+    raise RuntimeError("this Timer is not an event loop's own (see aiowheel.new_event_loop)")
+
+
+def _no_debug_checks(callback: object, method: str) -> None:
+    pass

@@ -1,0 +1,49 @@
+"""Debug mode's dispatch: each due callback as a loop callback of its own, named as asyncio names it.
+
+Outside debug mode a Timer runs the callbacks that came due together as one batch, in one loop
+callback: that is where a storm of due timers is cheap. In debug mode the loop watches each
+callback it runs (``loop.slow_callback_duration``, the current handle), and it can only watch
+what it runs itself, so each due callback is handed to it with ``loop.call_soon``. The object
+handed over is a :class:`DueCallback`: calling it runs the timer's callback (or nothing, if the
+timer was cancelled after it came due), and it answers asyncio's formatting helpers with the
+*user's* callback (``__qualname__``, ``__wrapped__``), so the loop's reports read
+``Executing <Handle on_timeout() at app.py:12> took 0.250 seconds``, as they do for a timer
+on the loop's own heap, and not the name of an aiowheel internal.
+
+Plain Python in both builds (mypyc classes cannot answer ``__getattr__``); debug mode only, so
+its cost does not matter.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._handles import _Timed
+
+__all__ = ["DueCallback"]
+
+
+class DueCallback:
+    """A due timer, as one loop callback: ``loop.call_soon(DueCallback(handle))``."""
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle: _Timed) -> None:
+        self._handle = handle
+
+    def __call__(self) -> None:
+        """Run the timer's callback, unless it was cancelled after it came due."""
+        self._handle._run()
+
+    def __getattr__(self, name: str) -> object:
+        # asyncio.format_helpers reads __qualname__ (or __name__) for the name, and follows
+        # __wrapped__ (inspect.unwrap) to the source file and line.
+        if name in ("__qualname__", "__name__", "__wrapped__"):
+            callback = getattr(self._handle, "_callback", None)
+            if callback is not None:
+                return callback if name == "__wrapped__" else getattr(callback, name)
+        raise AttributeError(name)
+
+    def __repr__(self) -> str:
+        return f"<DueCallback {self._handle!r}>"

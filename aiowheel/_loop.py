@@ -1,0 +1,319 @@
+"""Loop mode: an event loop whose own ``call_at`` / ``call_later`` file timers in a wheel.
+
+Why. Most of a server's timers are armed by code its authors do not own: ``asyncio.sleep``,
+``asyncio.timeout``, ``wait_for``, ``asyncio.wait(timeout=)``, and the ``loop.call_at`` calls
+inside aiohttp, database drivers and anyio. All of them end in two loop methods, so replacing
+those two puts every timer of the program on the wheel, with one line and no change to anyone's
+code: ``aiowheel.run(main())`` or ``asyncio.run(main(), loop_factory=aiowheel.loop_factory())``.
+
+Shape. :func:`new_event_loop` makes an instance of a subclass of the base loop class (asyncio's
+default loop, or ``uvloop.Loop``); the rest of the loop is the base's, untouched. The subclass
+is a plain Python class (mypyc cannot subclass a class chosen at run time) and carries the
+loop's :class:`~aiowheel.Timer`. ``call_at`` and ``call_later`` are bound as *instance*
+attributes to the Timer's compiled ``_loop_call_at`` / ``_loop_call_later``: an overriding
+method written in Python would add a Python frame (~0.1 us, a sixth of a timer's whole cost)
+to every call, while an instance attribute is found first by every caller, the base loop's
+own code included (asyncio's ``call_later`` calls ``self.call_at``; uvloop's ``call_at``
+calls ``self.call_later``).
+
+Placement (Linux's split: hrtimers for precise timers, the wheel for timeouts). A float deadline
+at least ``threshold`` seconds ahead (an int delay too) with a callable goes to the wheel; the
+rest stays on the loop's own heap: short sleeps keep the loop's precision (the wheel adds up to
+one tick of lateness), ``call_soon``-like zero delays run on the next iteration as before, and
+odd arguments get exactly the base loop's results. Two refusals the base loop lacks: a NaN
+deadline (asyncio files it and corrupts its heap) raises ValueError, and a deadline that is not
+a number (asyncio files a str, and its loop fails later) raises TypeError.
+
+The reaper. In loop mode it is not a task. The Timer's wake-up handle, on the loop's own heap
+and filed through the base class (so it cannot land in its own wheel), has the reaper as its
+callback (``Timer._drive``): it advances the wheel, re-arms itself, and runs the due callbacks
+inline, in the iteration that found them due, as the loop does with its own timer handles.
+A task would be wrong in four ways: it is visible in ``asyncio.all_tasks()``; ``asyncio.run``
+cancels it at exit *before* the program's own tasks finish their cleanup (whose timers would
+then have no reaper); it needs a running loop, while ``loop.call_at`` before ``run_*`` is legal;
+and a loop closed with it pending prints "Task was destroyed but it is pending!". A loop
+callback has none of these, and costs one loop handle per bucket expiration, as the task did.
+
+Life cycle. The Timer is bound when the loop is made, so timers may be filed before the loop
+runs, across repeated ``run_until_complete`` calls and after ``stop()``. ``close()`` drops
+pending timers silently, as asyncio does (their handles read as cancelled); afterwards
+``call_at`` raises the base loop's "Event loop is closed". :func:`aiowheel.get_timer` on such a
+loop returns its Timer: one wheel per loop, shared by the loop's timers and aiowheel's API.
+
+Debug mode: ``call_at`` / ``call_later`` make the base loop's checks (another thread, a
+coroutine function, a non-callable) with its messages, and each due callback runs as a loop
+callback of its own so that slow callbacks are reported as the loop reports its own
+(:mod:`aiowheel._debug`).
+
+Never early: a wheel timer runs only once the loop's clock has reached its exact deadline (see
+:mod:`aiowheel._timer`). Timers nearer than ``threshold`` keep the base loop's behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import numbers
+import threading
+from collections.abc import Callable, Coroutine
+from decimal import Decimal
+from math import inf
+from typing import Any, Final, TypeVar
+
+from ._timer import Timer
+
+__all__ = ["DEFAULT_THRESHOLD", "loop_factory", "new_event_loop", "run"]
+
+_T = TypeVar("_T")
+
+DEFAULT_THRESHOLD: Final = 0.01
+"""Deadlines at least this many seconds ahead go to the wheel (10 ticks of the default 1 ms)."""
+
+_DEFAULT_TICK: Final = 0.001
+
+# One subclass per (base, tick, threshold): few in any program.
+_classes: dict[tuple[type[asyncio.AbstractEventLoop], float, float], type[Any]] = {}
+_classes_lock: Final = threading.Lock()
+
+
+def _default_base() -> type[asyncio.AbstractEventLoop]:
+    """asyncio's default loop class on this platform (``asyncio.EventLoop`` from 3.13)."""
+    base: type[asyncio.AbstractEventLoop] | None = getattr(asyncio, "EventLoop", None)
+    if base is None:
+        base = asyncio.DefaultEventLoopPolicy._loop_factory  # type: ignore[attr-defined]
+    assert base is not None
+    return base
+
+
+def _check_base(base: object) -> type[asyncio.AbstractEventLoop]:
+    if base is None:
+        return _default_base()
+    if not isinstance(base, type) or not issubclass(base, asyncio.AbstractEventLoop):
+        raise TypeError(
+            "base must be an event loop class (a subclass of asyncio.AbstractEventLoop, "
+            f"such as uvloop.Loop), got {base!r}"
+        )
+    if issubclass(base, _LoopMode):
+        raise TypeError(f"base is already a loop-mode class: {base.__name__}")
+    return base
+
+
+def _check_threshold(threshold: object) -> float:
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+        raise TypeError(
+            f"threshold must be a real number of seconds, got {type(threshold).__name__}"
+        )
+    value = float(threshold)
+    if not 0 <= value < inf:
+        raise ValueError(
+            f"threshold must be a non-negative, finite number of seconds, got {threshold!r}"
+        )
+    return value
+
+
+class _LoopMode:
+    """The part of every loop-mode class that is not its base loop's (see the module doc)."""
+
+    _aiowheel_base: type[asyncio.AbstractEventLoop]
+    _aiowheel_tick: float
+    _aiowheel_threshold: float
+    _aiowheel_timer: Timer
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _install(self, type(self)._aiowheel_base)
+
+    def close(self) -> None:
+        """Close the loop; pending timers are dropped silently (their handles read cancelled)."""
+        loop: Any = self
+        timer: Timer | None = getattr(self, "_aiowheel_timer", None)  # None: __init__ failed
+        if timer is not None and not loop.is_running() and not loop.is_closed():
+            timer._shutdown(None, " (its event loop was closed)")
+        super().close()  # type: ignore[misc]
+
+    def set_debug(self, enabled: bool) -> None:
+        """Set the loop's debug mode; the wheel's checks follow it at once."""
+        super().set_debug(enabled)  # type: ignore[misc]
+        timer: Timer | None = getattr(self, "_aiowheel_timer", None)  # None: in base __init__
+        if timer is not None:
+            timer._debug = bool(enabled)
+
+
+def _install(loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
+    """Give ``loop`` its Timer and bind its call_at / call_later to it."""
+    cls = type(loop)
+    timer = Timer(tick=cls._aiowheel_tick)
+    base_call_at: Callable[..., Any] = base.call_at
+    base_call_later: Callable[..., Any] = base.call_later
+    asyncio_call_later = (
+        base_call_later is asyncio.BaseEventLoop.call_later
+        and base_call_at is asyncio.BaseEventLoop.call_at
+    )
+
+    def wake_at(when: float, callback: Callable[[], None]) -> Any:
+        # The Timer's own wake-up handle, on the loop's heap whatever the deadline: with the
+        # threshold at inf for the call, a base call_at that goes through self.call_later
+        # (uvloop's does) cannot route it back into the wheel.
+        near = timer._near
+        timer._near = inf
+        try:
+            return base_call_at(loop, when, callback)
+        finally:
+            timer._near = near
+
+    def slow_call_at(
+        when: object, callback: object, *args: object, context: object = None
+    ) -> Any:
+        if isinstance(when, float):
+            if when != when:
+                raise ValueError("call_at() deadline must not be NaN")
+        elif when is not None and not isinstance(when, numbers.Real | Decimal):
+            raise TypeError(
+                f"call_at() deadline must be a real number, got {type(when).__name__}"
+            )
+        return base_call_at(loop, when, callback, *args, context=context)
+
+    def slow_call_later(
+        delay: object, callback: object, *args: object, context: object = None
+    ) -> Any:
+        if isinstance(delay, float) and delay != delay:
+            raise ValueError("call_later() delay must not be NaN")
+        if not asyncio_call_later:
+            return base_call_later(loop, delay, callback, *args, context=context)
+        # asyncio's call_later, minus its call through self.call_at back into the fast path.
+        if delay is None:
+            raise TypeError("delay must not be None")
+        handle = base_call_at(loop, loop.time() + delay, callback, *args, context=context)
+        if handle._source_traceback:
+            del handle._source_traceback[-1]
+        return handle
+
+    debug_checks = _debug_checks_for(loop, base)
+    timer._attach_loop(
+        loop, cls._aiowheel_threshold, wake_at, slow_call_at, slow_call_later, debug_checks
+    )
+    loop._aiowheel_timer = timer
+    loop.call_at = timer._loop_call_at
+    loop.call_later = timer._loop_call_later
+
+
+def _debug_checks_for(loop: Any, base: type[Any]) -> Callable[[object, str], None]:
+    """The checks the base loop's call_at makes in debug mode, with its messages."""
+    if hasattr(base, "_check_thread") and hasattr(base, "_check_callback"):  # asyncio's
+
+        def asyncio_checks(callback: object, method: str) -> None:
+            loop._check_thread()
+            loop._check_callback(callback, method)
+
+        return asyncio_checks
+
+    def thread_check(callback: object, method: str) -> None:  # uvloop checks the thread only
+        if loop.is_running() and asyncio._get_running_loop() is not loop:
+            raise RuntimeError(
+                "Non-thread-safe operation invoked on an event loop other than the current one"
+            )
+
+    return thread_check
+
+
+def _loop_class(
+    base: type[asyncio.AbstractEventLoop], tick: float, threshold: float
+) -> type[asyncio.AbstractEventLoop]:
+    key = (base, tick, threshold)
+    cls = _classes.get(key)
+    if cls is None:
+        with _classes_lock:
+            cls = _classes.get(key)
+            if cls is None:
+                cls = type(
+                    f"Wheel{base.__name__.lstrip('_')}",
+                    (_LoopMode, base),
+                    {
+                        "__module__": __name__,
+                        "__doc__": f"{base.__name__} with its timers on an aiowheel wheel.",
+                        "_aiowheel_base": base,
+                        "_aiowheel_tick": tick,
+                        "_aiowheel_threshold": threshold,
+                    },
+                )
+                _classes[key] = cls
+    return cls
+
+
+def new_event_loop(
+    base: type[asyncio.AbstractEventLoop] | None = None,
+    *,
+    tick: float = _DEFAULT_TICK,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> asyncio.AbstractEventLoop:
+    """A new event loop of class ``base`` whose ``call_at`` / ``call_later`` use a wheel.
+
+    ``base`` defaults to asyncio's default loop class; pass ``uvloop.Loop`` for uvloop.
+    Deadlines at least ``threshold`` seconds ahead go to the loop's wheel (resolution
+    ``tick``); nearer ones stay on the loop's own heap. :func:`aiowheel.get_timer` on the loop
+    returns its wheel's Timer.
+
+    >>> loop = aiowheel.new_event_loop()
+    >>> loop.run_until_complete(main())   # every timer of main() on the wheel
+    """
+    checked_base = _check_base(base)
+    checked_threshold = _check_threshold(threshold)
+    Timer(tick=tick)  # validates tick, with Timer's messages, before a class is made for it
+    return _loop_class(checked_base, float(tick), checked_threshold)()
+
+
+def loop_factory(
+    base: type[asyncio.AbstractEventLoop] | None = None,
+    *,
+    tick: float = _DEFAULT_TICK,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> Callable[[], asyncio.AbstractEventLoop]:
+    """A zero-argument factory of loop-mode loops (see :func:`new_event_loop`).
+
+    For ``asyncio.run(main(), loop_factory=...)`` (3.12+), ``asyncio.Runner(loop_factory=...)``,
+    anyio's ``loop_factory`` backend option and pytest-asyncio's loop factories.
+
+    >>> asyncio.run(main(), loop_factory=aiowheel.loop_factory())
+    """
+    checked_base = _check_base(base)
+    checked_threshold = _check_threshold(threshold)
+    Timer(tick=tick)
+    cls = _loop_class(checked_base, float(tick), checked_threshold)
+
+    def factory() -> asyncio.AbstractEventLoop:
+        """A new loop-mode event loop."""
+        loop: asyncio.AbstractEventLoop = cls()
+        return loop
+
+    return factory
+
+
+def run(
+    main: Coroutine[Any, Any, _T],
+    *,
+    base: type[asyncio.AbstractEventLoop] | None = None,
+    debug: bool | None = None,
+    tick: float = _DEFAULT_TICK,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> _T:
+    """Run ``main`` like ``asyncio.run`` (or ``uvloop.run``), on a loop-mode loop.
+
+    >>> aiowheel.run(main())                    # asyncio's default loop, timers on a wheel
+    >>> aiowheel.run(main(), base=uvloop.Loop)  # the same on uvloop
+    """
+    try:
+        if asyncio._get_running_loop() is not None:
+            raise RuntimeError("aiowheel.run() cannot be called from a running event loop")
+        factory = loop_factory(base, tick=tick, threshold=threshold)
+    except BaseException:
+        if asyncio.iscoroutine(main):
+            main.close()  # refused: it will never run, so no "never awaited" warning either
+        raise
+    with asyncio.Runner(debug=debug, loop_factory=factory) as runner:
+        return runner.run(main)
+
+
+def timer_of(loop: asyncio.AbstractEventLoop) -> Timer | None:
+    """The Timer of a loop-mode loop (None for any other loop)."""
+    if isinstance(loop, _LoopMode):
+        return loop._aiowheel_timer
+    return None
