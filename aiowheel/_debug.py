@@ -1,4 +1,4 @@
-"""Debug mode's dispatch: each due callback as a loop callback of its own, named as asyncio names it.
+"""Debug mode: each due callback runs as a loop callback of its own, named as asyncio names it.
 
 Outside debug mode a Timer runs the callbacks that came due together as one batch, in one loop
 callback: that is where a storm of due timers is cheap. In debug mode the loop watches each

@@ -16,7 +16,14 @@ from typing import Any
 
 from . import workloads as w
 
-CONTENDERS = ("aiowheel/asyncio", "loop/asyncio", "aiowheel/uvloop", "loop/uvloop", "floor")
+# kind/loop: "aiowheel" is aiowheel's API on a Timer; "loop" the loop's own timers; "loop-mode"
+# the same code as "loop" (loop.call_later, asyncio.timeout, asyncio.sleep) on the loop's
+# loop-mode twin (aiowheel.new_event_loop(base)); "floor" is plain Python, no timer at all.
+CONTENDERS = (
+    "aiowheel/asyncio", "loop/asyncio", "aiowheel/uvloop", "loop/uvloop", "floor",
+    "loop-mode/asyncio", "loop-mode/uvloop",
+)  # fmt: skip
+LOOP_MODE = ("loop-mode/asyncio", "loop-mode/uvloop")
 WORKLOADS = (
     "core", "churn", "timeout", "reschedule", "fanout", "storm", "heartbeat", "feed", "memory",
     "idle",
@@ -25,13 +32,13 @@ WORKLOADS = (
 APPLIES = {
     "core": ("floor", "aiowheel/asyncio"),
     "churn": CONTENDERS,
-    "timeout": CONTENDERS[:4],
-    "reschedule": CONTENDERS[:4],
-    "fanout": CONTENDERS[:4],
-    "storm": CONTENDERS[:4],
+    "timeout": CONTENDERS[:4] + LOOP_MODE,
+    "reschedule": CONTENDERS[:4] + LOOP_MODE,
+    "fanout": CONTENDERS[:4] + LOOP_MODE,
+    "storm": CONTENDERS[:4] + LOOP_MODE,
     "heartbeat": CONTENDERS[:4],
-    "feed": CONTENDERS[:4],
-    "memory": CONTENDERS[:4],
+    "feed": CONTENDERS[:4] + LOOP_MODE,
+    "memory": CONTENDERS[:4] + LOOP_MODE,
     "idle": ("aiowheel/asyncio", "aiowheel/uvloop"),
 }
 
@@ -245,7 +252,9 @@ def _jobs(workload: str, s: Sizes) -> dict[str, Callable[[str], dict[str, float]
         def job(c: str) -> dict[str, float]:
             if c == "floor":
                 return {"ops_per_s": w.churn_floor(pending, s.churn_ops)}
-            return {"ops_per_s": w.run(_loop(c), lambda: w.churn(_kind(c), pending, s.churn_ops))}
+            return {
+                "ops_per_s": w.run(c, lambda: w.churn(_kind(c), pending, s.churn_ops))
+            }
 
         return job
 
@@ -259,7 +268,7 @@ def _jobs(workload: str, s: Sizes) -> dict[str, Callable[[str], dict[str, float]
 
     def simple(metric: str, factory: Callable[[str], Any]) -> Callable[[str], dict[str, float]]:
         def job(c: str) -> dict[str, float]:
-            value = w.run(_loop(c), lambda: factory(_kind(c)))
+            value = w.run(c, lambda: factory(_kind(c)))
             return value if isinstance(value, dict) else {metric: value}
 
         return job
@@ -319,18 +328,20 @@ def table(results: Results) -> list[dict[str, Any]]:
         for param, by_contender in params.items():
             metrics = sorted({m for values in by_contender.values() for m in values})
             for metric in metrics:
-                for loop in ("asyncio", "uvloop"):
-                    ours = results.median(workload, param, f"aiowheel/{loop}", metric)
-                    base = results.median(workload, param, f"loop/{loop}", metric)
-                    floor = results.median(workload, param, "floor", metric)
-                    if ours is None and base is None:
-                        continue
-                    rows.append({
-                        "workload": workload, "param": param, "metric": metric, "loop": loop,
-                        "aiowheel": ours, "baseline": base, "floor": floor,
-                        "ratio": _ratio(metric, ours, base),
-                        "vs_floor": None if ours is None or not floor else ours / floor,
-                    })  # fmt: skip
+                for contender, kind in (("API", "aiowheel"), ("loop mode", "loop-mode")):
+                    for loop in ("asyncio", "uvloop"):
+                        ours = results.median(workload, param, f"{kind}/{loop}", metric)
+                        base = results.median(workload, param, f"loop/{loop}", metric)
+                        floor = results.median(workload, param, "floor", metric)
+                        if ours is None and (base is None or contender == "loop mode"):
+                            continue
+                        rows.append({
+                            "workload": workload, "param": param, "metric": metric,
+                            "loop": loop, "contender": contender, "aiowheel": ours,
+                            "baseline": base, "floor": floor,
+                            "ratio": _ratio(metric, ours, base),
+                            "vs_floor": None if ours is None or not floor else ours / floor,
+                        })  # fmt: skip
     return rows
 
 
@@ -346,12 +357,12 @@ def _ratio(metric: str, ours: float | None, base: float | None) -> float | None:
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    header = ("workload", "parameter", "metric", "loop", "aiowheel", "loop's own", "ratio",
-              "floor", "vs floor")  # fmt: skip
+    header = ("workload", "parameter", "metric", "loop", "aiowheel as", "aiowheel",
+              "loop's own", "ratio", "floor", "vs floor")  # fmt: skip
     lines = [header]
     for r in rows:
         lines.append((
-            r["workload"], r["param"], r["metric"], r["loop"], _fmt(r["aiowheel"]),
+            r["workload"], r["param"], r["metric"], r["loop"], r["contender"], _fmt(r["aiowheel"]),
             _fmt(r["baseline"]), "" if r["ratio"] is None else f"{r['ratio']:.2f}x",
             _fmt(r["floor"]), "" if r["vs_floor"] is None else f"{r['vs_floor']:.2f}x",
         ))  # fmt: skip
@@ -462,6 +473,31 @@ def judge(results: Results) -> list[dict[str, Any]]:
         ratio_goal(f"watchdog feed() >= 5x cancel + re-arm of a loop handle on {loop}",
                    m("feed", feed, f"aiowheel/{loop}", "ops_per_s"),
                    m("feed", feed, f"loop/{loop}", "ops_per_s"), 5.0)  # fmt: skip
+    # Loop mode: the loop's own API on the loop-mode twin, against the base loop itself.
+    if big:
+        for loop, need in (("asyncio", 3.0), ("uvloop", 2.0)):
+            ratio_goal(f"loop mode: loop.call_later churn @{big[8:]} >= {need:g}x the base "
+                       f"{loop} loop's", m("churn", big, f"loop-mode/{loop}", "ops_per_s"),
+                       m("churn", big, f"loop/{loop}", "ops_per_s"), need)  # fmt: skip
+    if small in churn:
+        for loop in ("asyncio", "uvloop"):
+            ratio_goal(f"loop mode: loop.call_later churn @1,000 >= 0.95x the base {loop} loop's",
+                       m("churn", small, f"loop-mode/{loop}", "ops_per_s"),
+                       m("churn", small, f"loop/{loop}", "ops_per_s"), 0.95)  # fmt: skip
+    for loop in ("asyncio", "uvloop"):
+        for p in results.raw.get("fanout", {}):
+            ratio_goal(f"loop mode: asyncio.sleep fan-out wall time <= the base {loop} loop's",
+                       m("fanout", p, f"loop-mode/{loop}", "wall_s"),
+                       m("fanout", p, f"loop/{loop}", "wall_s"), 1.0, higher=False)  # fmt: skip
+        ratio_goal(f"loop mode: asyncio.timeout(30) >= 1x the base {loop} loop's",
+                   m("timeout", "empty body", f"loop-mode/{loop}", "ops_per_s"),
+                   m("timeout", "empty body", f"loop/{loop}", "ops_per_s"), 1.0)  # fmt: skip
+        for p in results.raw.get("storm", {}):
+            early = m("storm", p, f"loop-mode/{loop}", "early")
+            if early is not None:
+                goal(f"loop mode: fire storm ({p}) on {loop}: 0 early firings", early == 0,
+                     f"loop mode {early:g}, base loop "
+                     f"{_fmt(m('storm', p, f'loop/{loop}', 'early'))}")  # fmt: skip
     for p in results.raw.get("idle", {}):
         for loop in ("asyncio", "uvloop"):
             wakes = m("idle", p, f"aiowheel/{loop}", "wakeups")
@@ -533,7 +569,7 @@ def plot(results: Results, path: Path) -> bool:
     if params:
         left.legend()
     for ax, param in zip(axes[1:] if storms else [], storms, strict=False):
-        names = [c for c in CONTENDERS[:4] if c in results.raw["storm"][param]]
+        names = [c for c in CONTENDERS if c in results.raw["storm"][param]]
         width = 0.25
         for i, metric in enumerate(("p50_ms", "p99_ms", "max_ms")):
             values = [results.median("storm", param, c, metric) or 0 for c in names]

@@ -3,7 +3,8 @@
 Every workload runs on a fresh event loop, so no contender inherits another's heap, tasks or
 garbage. ``kind`` is ``"aiowheel"`` (a fresh :class:`aiowheel.Timer` on the loop) or
 ``"loop"`` (the event loop's own timers: ``loop.call_later``, ``asyncio.timeout``,
-``asyncio.sleep``); ``floor`` is plain Python with no timer at all.
+``asyncio.sleep``) or ``"loop-mode"`` (the same calls as ``"loop"``, on the loop's loop-mode
+twin, ``aiowheel.new_event_loop(base)``); ``floor`` is plain Python with no timer at all.
 """
 
 from __future__ import annotations
@@ -32,10 +33,18 @@ class _Obj:
     __slots__ = ("a", "b", "c")
 
 
-def run(loop_name: str, factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    """Run ``factory()`` to completion on a new loop of the named kind."""
+def run(contender: str, factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """Run ``factory()`` to completion on a new loop for ``contender`` ("kind/loop")."""
+    kind, _, loop_name = contender.partition("/")
     gc.collect()
+    base: type[asyncio.AbstractEventLoop] | None = None
     if loop_name == "uvloop":
+        import uvloop
+
+        base = uvloop.Loop
+    if kind == "loop-mode":
+        return aiowheel.run(factory(), base=base)
+    if base is not None:
         import uvloop
 
         return uvloop.run(factory())

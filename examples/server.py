@@ -12,6 +12,9 @@
 Run it with ``python examples/server.py --host 127.0.0.1 --port 8080`` (Ctrl-C stops it
 cleanly), then e.g. ``curl -i 'http://127.0.0.1:8080/slow?seconds=5'``.
 ``--timeouts asyncio`` builds the same middleware on ``asyncio.timeout``, for comparison.
+``--loop-mode`` runs it on ``aiowheel.new_event_loop()``: then every timer of the process,
+``asyncio.timeout`` and aiohttp's own keep-alive and client timeouts included, is on the wheel,
+with not a line of the app changed (try ``--timeouts asyncio --loop-mode``).
 """
 
 from __future__ import annotations
@@ -175,6 +178,7 @@ async def stats(request: web.Request) -> web.Response:
     timer = request.app[TIMER]
     body = asdict(timer.stats())
     body["timed_out_requests"] = len(request.app[TIMED_OUT])
+    body["early_timeouts"] = sum(1 for lateness in request.app[TIMED_OUT] if lateness < 0)
     return web.json_response(body)
 
 
@@ -206,6 +210,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Config]:
     parser.add_argument("--heartbeat-timeout", type=positive_seconds, default=3.0)
     parser.add_argument("--timeouts", choices=("aiowheel", "asyncio"), default="aiowheel")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
+    parser.add_argument(
+        "--loop-mode",
+        action="store_true",
+        help="run on aiowheel's loop mode: every loop timer (asyncio.timeout, aiohttp's own) "
+        "on the wheel",
+    )
     args = parser.parse_args(argv)
     config = Config(
         request_timeout=args.request_timeout,
@@ -219,12 +229,15 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Config]:
 
 def main(argv: list[str]) -> int:
     args, config = parse(argv)
-    loop_factory = None
+    base: type[asyncio.AbstractEventLoop] | None = None
     if args.uvloop:
         import uvloop
 
-        loop_factory = uvloop.new_event_loop
-    loop = loop_factory() if loop_factory else asyncio.new_event_loop()
+        base = uvloop.Loop
+    if args.loop_mode:
+        loop = aiowheel.new_event_loop(base)  # the one line: the app itself is unchanged
+    else:
+        loop = base() if base is not None else asyncio.new_event_loop()
     web.run_app(make_app(config), host=args.host, port=args.port, loop=loop)
     return 0
 
