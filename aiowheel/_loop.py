@@ -160,16 +160,12 @@ def _install(loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
         finally:
             timer._near = near
 
-    def slow_call_at(
-        when: object, callback: object, *args: object, context: object = None
-    ) -> Any:
+    def slow_call_at(when: object, callback: object, *args: object, context: object = None) -> Any:
         if isinstance(when, float):
             if when != when:
                 raise ValueError("call_at() deadline must not be NaN")
         elif when is not None and not isinstance(when, numbers.Real | Decimal):
-            raise TypeError(
-                f"call_at() deadline must be a real number, got {type(when).__name__}"
-            )
+            raise TypeError(f"call_at() deadline must be a real number, got {type(when).__name__}")
         return base_call_at(loop, when, callback, *args, context=context)
 
     def slow_call_later(

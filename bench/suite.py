@@ -252,9 +252,7 @@ def _jobs(workload: str, s: Sizes) -> dict[str, Callable[[str], dict[str, float]
         def job(c: str) -> dict[str, float]:
             if c == "floor":
                 return {"ops_per_s": w.churn_floor(pending, s.churn_ops)}
-            return {
-                "ops_per_s": w.run(c, lambda: w.churn(_kind(c), pending, s.churn_ops))
-            }
+            return {"ops_per_s": w.run(c, lambda: w.churn(_kind(c), pending, s.churn_ops))}
 
         return job
 
