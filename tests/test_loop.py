@@ -1,0 +1,509 @@
+"""Loop mode: every timer of a program on the wheel, with asyncio's contract unchanged.
+
+Each test runs on asyncio's default loop and on uvloop (as the base of the loop-mode loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import math
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Coroutine
+from fractions import Fraction
+from typing import Any
+
+import pytest
+import uvloop
+
+import aiowheel
+from aiowheel._loop import DEFAULT_THRESHOLD, timer_of
+
+BASES = [pytest.param(None, id="asyncio"), pytest.param(uvloop.Loop, id="uvloop")]
+pytestmark = pytest.mark.parametrize("base", BASES)
+
+Base = type[asyncio.AbstractEventLoop] | None
+
+
+def run(base: Base, main: Callable[[], Coroutine[Any, Any, Any]], **kwargs: Any) -> Any:
+    return aiowheel.run(main(), base=base, **kwargs)
+
+
+def wheel() -> aiowheel.Timer:
+    timer = timer_of(asyncio.get_running_loop())
+    assert timer is not None
+    return timer
+
+
+# -- the API ------------------------------------------------------------------------------------
+
+
+def test_new_event_loop_is_a_twin_of_its_base(base: Base) -> None:
+    loop = aiowheel.new_event_loop(base)
+    reference = base() if base is not None else asyncio.DefaultEventLoopPolicy().new_event_loop()
+    try:
+        assert isinstance(loop, type(reference))
+        assert type(loop).__name__ == "Wheel" + type(reference).__name__.lstrip("_")
+        assert timer_of(loop) is not None
+        assert timer_of(reference) is None
+    finally:
+        loop.close()
+        reference.close()
+
+
+def test_get_timer_is_the_loops_own_wheel(base: Base) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timer = aiowheel.get_timer()
+        assert timer is wheel()
+        handle = loop.call_later(30, lambda: None)
+        assert len(timer) == 1  # the loop's call_later went to the same wheel
+        timer.call_later(30, lambda: None)
+        assert len(timer) == 2
+        handle.cancel()
+        assert len(timer) == 1
+
+    run(base, main)
+
+
+def test_loop_factory_with_runner_and_asyncio_run(base: Base) -> None:
+    async def main() -> str:
+        assert timer_of(asyncio.get_running_loop()) is not None
+        await asyncio.sleep(0.02)
+        return "done"
+
+    with asyncio.Runner(loop_factory=aiowheel.loop_factory(base)) as runner:
+        assert runner.run(main()) == "done"
+    if sys.version_info >= (3, 12):
+        assert asyncio.run(main(), loop_factory=aiowheel.loop_factory(base)) == "done"
+
+
+def test_run_returns_the_result_and_passes_debug(base: Base) -> None:
+    async def main() -> bool:
+        return asyncio.get_running_loop().get_debug()
+
+    assert run(base, main, debug=True) is True
+    assert run(base, main, debug=False) is False
+
+
+def test_anyio_runs_on_a_loop_mode_loop(base: Base) -> None:
+    import anyio
+
+    async def main() -> int:
+        timer = wheel()
+        with anyio.move_on_after(0.05) as scope:
+            await anyio.sleep(10)
+        assert scope.cancelled_caught
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(0.05):
+                await asyncio.sleep(10)
+        return timer.stats().fired
+
+    options = {"loop_factory": aiowheel.loop_factory(base)}
+    fired = anyio.run(main, backend="asyncio", backend_options=options)
+    assert fired >= 2  # anyio's deadlines and asyncio.sleep went through the wheel
+
+
+# -- placement ----------------------------------------------------------------------------------
+
+
+def test_far_deadlines_go_to_the_wheel_near_ones_to_the_loop(base: Base) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timer = wheel()
+        far = loop.call_later(DEFAULT_THRESHOLD * 2, lambda: None)
+        near = loop.call_later(DEFAULT_THRESHOLD / 4, lambda: None)
+        soon = loop.call_later(0, lambda: None)
+        assert isinstance(far, aiowheel.TimerHandle)
+        assert not isinstance(near, aiowheel.TimerHandle)
+        assert not isinstance(soon, aiowheel.TimerHandle)
+        at = loop.call_at(loop.time() + 5.0, lambda: None)
+        assert isinstance(at, aiowheel.TimerHandle)
+        assert isinstance(loop.call_later(5, lambda: None), aiowheel.TimerHandle)  # int delay
+        assert len(timer) == 3
+
+    run(base, main)
+
+
+def test_threshold_is_a_parameter(base: Base) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert not isinstance(loop.call_later(0.5, lambda: None), aiowheel.TimerHandle)
+        assert isinstance(loop.call_later(2.0, lambda: None), aiowheel.TimerHandle)
+
+    run(base, main, threshold=1.0)
+
+    async def everything() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop.call_later(0.0001, lambda: None), aiowheel.TimerHandle)
+
+    run(base, everything, threshold=0)
+
+
+def test_asyncio_sleep_timeout_and_wait_for_use_the_wheel(base: Base) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timer = wheel()
+        sleeper = asyncio.ensure_future(asyncio.sleep(0.1))
+        await asyncio.sleep(0)
+        assert len(timer) == 1
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.05) as cm:
+                await asyncio.sleep(10)
+        deadline = cm.when()
+        assert deadline is not None and loop.time() >= deadline
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.sleep(10), 0.05)
+        done, pending = await asyncio.wait([sleeper], timeout=5)
+        assert sleeper in done
+        assert len(timer) == 0  # every cancelled timer left the wheel
+        assert timer.stats().fired >= 3
+
+    run(base, main)
+
+
+# -- the handle -------------------------------------------------------------------------------
+
+
+def test_handle_has_the_timerhandle_api(base: Base) -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timer = wheel()
+        var.set("caller")
+        when = loop.time() + 30
+        handle = loop.call_at(when, lambda: None)
+        assert handle.when() == when
+        assert not handle.cancelled()
+        assert handle.get_context().get(var) == "caller"
+        assert "<lambda>" in repr(handle) and "pending" in repr(handle)
+        handle.cancel()
+        assert handle.cancelled()
+        assert len(timer) == 0
+        handle.cancel()  # twice: harmless, as in asyncio
+        assert handle.cancelled()
+
+    run(base, main)
+
+
+def test_callbacks_run_in_their_context_in_deadline_order(base: Base) -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def main() -> list[tuple[int, str]]:
+        loop = asyncio.get_running_loop()
+        seen: list[tuple[int, str]] = []
+        now = loop.time()
+        for i in (3, 1, 2):
+            var.set(f"ctx{i}")
+            loop.call_at(now + 0.02 + i * 0.01, lambda i=i: seen.append((i, var.get())))
+        ctx = contextvars.Context()
+        ctx.run(var.set, "explicit")
+        loop.call_later(0.08, lambda: seen.append((4, var.get())), context=ctx)
+        for j in range(3):  # equal deadlines: first come, first run
+            loop.call_at(now + 0.1, lambda j=j: seen.append((10 + j, "")))
+        await asyncio.sleep(0.2)
+        return seen
+
+    seen = run(base, main)
+    assert seen == [
+        (1, "ctx1"),
+        (2, "ctx2"),
+        (3, "ctx3"),
+        (4, "explicit"),
+        (10, ""),
+        (11, ""),
+        (12, ""),
+    ]
+
+
+def test_callback_exception_goes_to_the_loops_handler(base: Base) -> None:
+    async def main() -> list[dict[str, Any]]:
+        loop = asyncio.get_running_loop()
+        contexts: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: contexts.append(context))
+
+        def boom() -> None:
+            raise ZeroDivisionError("boom")
+
+        ran: list[str] = []
+        loop.call_later(0.03, boom)
+        loop.call_later(0.03, ran.append, "after")
+        await asyncio.sleep(0.1)
+        assert ran == ["after"]
+        return contexts
+
+    contexts = run(base, main)
+    assert len(contexts) == 1
+    assert isinstance(contexts[0]["exception"], ZeroDivisionError)
+    assert contexts[0]["message"].startswith("Exception in callback")
+
+
+def test_a_cancel_from_an_earlier_callback_of_the_same_batch_wins(base: Base) -> None:
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        ran: list[str] = []
+        when = loop.time() + 0.03
+        second: list[asyncio.TimerHandle] = []
+        loop.call_at(when, lambda: (ran.append("first"), second[0].cancel()))
+        second.append(loop.call_at(when, ran.append, "second"))
+        await asyncio.sleep(0.1)
+        return ran
+
+    assert run(base, main) == ["first"]
+    assert run(base, main, debug=True) == ["first"]
+
+
+def test_never_early_on_the_wheel(base: Base) -> None:
+    import random
+
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        rng = random.Random(9)
+        lateness: list[float] = []
+        done = loop.create_future()
+        count = 2000
+
+        def fire(when: float) -> None:
+            lateness.append(loop.time() - when)
+            if len(lateness) == count and not done.done():
+                done.set_result(None)
+
+        for _ in range(count):
+            when = loop.time() + DEFAULT_THRESHOLD + rng.uniform(0.0, 0.2)
+            handle = loop.call_at(when, fire, when)
+            assert isinstance(handle, aiowheel.TimerHandle)
+        await asyncio.wait_for(done, 30)
+        return lateness
+
+    lateness = run(base, main)
+    assert len(lateness) == 2000
+    assert min(lateness) >= 0  # by the loop's own clock, uvloop's included
+
+
+# -- debug mode -------------------------------------------------------------------------------
+
+
+def test_debug_mode_checks_like_the_base_loop(base: Base) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert loop.get_debug()
+        errors: list[BaseException] = []
+
+        def from_another_thread() -> None:
+            try:
+                loop.call_later(30, lambda: None)
+            except RuntimeError as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=from_another_thread)
+        thread.start()
+        thread.join()
+        assert len(errors) == 1
+        assert "Non-thread-safe operation" in str(errors[0])
+        assert len(wheel()) == 0
+        if base is None:  # asyncio checks the callback too (uvloop does not)
+
+            async def coroutine_function() -> None:
+                pass
+
+            with pytest.raises(TypeError, match="coroutines cannot be used with call_at"):
+                loop.call_at(loop.time() + 30, coroutine_function)
+            with pytest.raises(TypeError, match="coroutines cannot be used with call_later"):
+                loop.call_later(30, coroutine_function)
+            assert len(wheel()) == 0
+
+    run(base, main, debug=True)
+
+
+def test_debug_mode_reports_a_slow_callback_by_its_name(
+    base: Base, caplog: pytest.LogCaptureFixture
+) -> None:
+    def slow_timer_callback() -> None:
+        import time
+
+        time.sleep(0.15)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.slow_callback_duration = 0.1
+        handle = loop.call_later(0.03, slow_timer_callback)
+        assert isinstance(handle, aiowheel.TimerHandle)
+        await asyncio.sleep(0.3)
+
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        run(base, main, debug=True)
+    slow = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Executing")]
+    assert any("slow_timer_callback" in message for message in slow), slow
+
+
+def test_set_debug_later_turns_the_checks_on(base: Base) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+
+        def from_another_thread(errors: list[BaseException]) -> None:
+            try:
+                loop.call_at(loop.time() + 30, lambda: None)
+            except RuntimeError as exc:
+                errors.append(exc)
+
+        errors: list[BaseException] = []
+        thread = threading.Thread(target=from_another_thread, args=(errors,))
+        thread.start()
+        thread.join()
+        assert len(errors) == 1
+
+    run(base, main, debug=False)
+
+
+# -- nothing new is visible ------------------------------------------------------------------------
+
+
+def test_no_extra_task_and_no_warning_at_exit(base: Base) -> None:
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        loop.call_later(30, lambda: None)  # pending at exit
+        await asyncio.sleep(0.02)
+        asyncio.ensure_future(asyncio.sleep(30))  # a task asyncio.run must cancel at exit
+        return len(asyncio.all_tasks())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert run(base, main) == 2  # main and the sleeper: no reaper task
+
+
+def test_call_at_before_the_loop_runs_and_repeated_run_until_complete(base: Base) -> None:
+    loop = aiowheel.new_event_loop(base)
+    try:
+        ran: list[float] = []
+        start = loop.time()
+        loop.call_at(start + 0.05, lambda: ran.append(loop.time()))
+        assert len(timer_of(loop) or []) == 1
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert ran == []
+        loop.run_until_complete(asyncio.sleep(0.1))
+        assert len(ran) == 1 and ran[0] >= start + 0.05
+        # stop() and run again: timers filed while stopped still fire.
+        loop.call_later(0.05, lambda: ran.append(loop.time()))
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        loop.run_until_complete(asyncio.sleep(0.1))
+        assert len(ran) == 2
+    finally:
+        loop.close()
+
+
+def test_close_with_timers_pending_drops_them_silently(base: Base) -> None:
+    loop = aiowheel.new_event_loop(base)
+    handles = [loop.call_later(30, lambda: None) for _ in range(10)]
+    loop.run_until_complete(asyncio.sleep(0.01))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loop.close()
+    assert all(handle.cancelled() for handle in handles)
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        loop.call_later(30, lambda: None)
+    with pytest.raises(RuntimeError, match="Event loop is closed"):
+        loop.call_at(loop.time() + 30, lambda: None)
+    loop.close()  # twice: a no-op, as asyncio's
+
+
+def test_closing_a_running_loop_is_refused_and_changes_nothing(base: Base) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        handle = loop.call_later(30, lambda: None)
+        with pytest.raises(RuntimeError, match="running"):
+            loop.close()
+        assert not handle.cancelled()
+        assert len(wheel()) == 1
+
+    run(base, main)
+
+
+def test_task_cleanup_timers_still_fire_at_asyncio_run_exit(base: Base) -> None:
+    cleaned: list[str] = []
+
+    async def worker() -> None:
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.05)  # a wheel timer, after asyncio.run cancelled everything
+            cleaned.append("done")
+
+    async def main() -> None:
+        asyncio.ensure_future(worker())
+        await asyncio.sleep(0.02)
+
+    run(base, main)
+    assert cleaned == ["done"]
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+def test_nan_and_non_numbers_are_refused_and_change_nothing(base: Base) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        timer = wheel()
+        with pytest.raises(ValueError, match=r"^call_at\(\) deadline must not be NaN$"):
+            loop.call_at(math.nan, lambda: None)
+        with pytest.raises(ValueError, match="NaN"):
+            loop.call_later(math.nan, lambda: None)
+        with pytest.raises(TypeError, match=r"call_at\(\) deadline must be a real number, got str"):
+            loop.call_at("soon", lambda: None)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            loop.call_later("soon", lambda: None)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            loop.call_at(None, lambda: None)  # type: ignore[arg-type]
+        assert len(timer) == 0
+        # What the base loop accepts, loop mode accepts, with the same results.
+        fired: list[str] = []
+        loop.call_at(Fraction(0), fired.append, "fraction")  # type: ignore[arg-type]
+        loop.call_later(-5, fired.append, "past")
+        loop.call_at(-math.inf, fired.append, "minus inf")
+        forever = loop.call_at(math.inf, fired.append, "never")
+        await asyncio.sleep(0.02)
+        assert sorted(fired) == ["fraction", "minus inf", "past"]
+        assert not forever.cancelled()
+        forever.cancel()
+
+    run(base, main)
+
+
+@pytest.mark.parametrize("bad", [int, "uvloop", object(), asyncio.AbstractEventLoopPolicy])
+def test_base_must_be_an_event_loop_class(base: Base, bad: object) -> None:
+    del base
+    with pytest.raises(TypeError, match="base must be an event loop class"):
+        aiowheel.new_event_loop(bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="base must be an event loop class"):
+        aiowheel.loop_factory(bad)  # type: ignore[arg-type]
+
+
+def test_bad_threshold_and_tick_are_refused(base: Base) -> None:
+    with pytest.raises(ValueError, match="threshold must be a non-negative"):
+        aiowheel.new_event_loop(base, threshold=-1)
+    with pytest.raises(ValueError, match="threshold"):
+        aiowheel.new_event_loop(base, threshold=math.inf)
+    with pytest.raises(TypeError, match="threshold must be a real number"):
+        aiowheel.new_event_loop(base, threshold="1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="tick"):
+        aiowheel.new_event_loop(base, tick=0)
+
+
+def test_run_refuses_inside_a_running_loop_and_closes_the_coroutine(base: Base) -> None:
+    async def inner() -> None:
+        pass
+
+    async def main() -> None:
+        coro = inner()
+        with pytest.raises(RuntimeError, match="cannot be called from a running event loop"):
+            aiowheel.run(coro, base=base)
+        assert coro.cr_frame is None  # closed: no "never awaited" warning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(base, main)
