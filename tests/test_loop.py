@@ -157,7 +157,7 @@ def test_asyncio_sleep_timeout_and_wait_for_use_the_wheel(base: Base) -> None:
         assert deadline is not None and loop.time() >= deadline
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(asyncio.sleep(10), 0.05)
-        done, pending = await asyncio.wait([sleeper], timeout=5)
+        done, _ = await asyncio.wait([sleeper], timeout=5)
         assert sleeper in done
         assert len(timer) == 0  # every cancelled timer left the wheel
         assert timer.stats().fired >= 3
@@ -368,7 +368,8 @@ def test_no_extra_task_and_no_warning_at_exit(base: Base) -> None:
         loop = asyncio.get_running_loop()
         loop.call_later(30, lambda: None)  # pending at exit
         await asyncio.sleep(0.02)
-        asyncio.ensure_future(asyncio.sleep(30))  # a task asyncio.run must cancel at exit
+        sleeper = asyncio.ensure_future(asyncio.sleep(30))  # asyncio.run cancels it at exit
+        assert not sleeper.done()
         return len(asyncio.all_tasks())
 
     with warnings.catch_warnings():
@@ -435,8 +436,9 @@ def test_task_cleanup_timers_still_fire_at_asyncio_run_exit(base: Base) -> None:
             cleaned.append("done")
 
     async def main() -> None:
-        asyncio.ensure_future(worker())
+        task = asyncio.ensure_future(worker())
         await asyncio.sleep(0.02)
+        assert not task.done()
 
     run(base, main)
     assert cleaned == ["done"]
