@@ -188,6 +188,7 @@ def _install(loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
         loop, cls._aiowheel_threshold, wake_at, slow_call_at, slow_call_later, debug_checks
     )
     loop._aiowheel_timer = timer
+    loop._aiowheel_wake_at = wake_at  # for any other Timer bound to this loop (Timer._adopt)
     loop.call_at = timer._loop_call_at
     loop.call_later = timer._loop_call_later
 

@@ -52,7 +52,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from math import ceil, floor, inf
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from . import _awaiting, _debug
 from ._build import COMPILED_MODULES, is_compiled
@@ -96,6 +96,18 @@ _timers_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = (
     weakref.WeakKeyDictionary()
 )
 _warned_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+class _WakeHandle(Protocol):
+    """The loop handle of the reaper's wake-up: asyncio's, uvloop's, or any loop's."""
+
+    def cancel(self) -> object:
+        """Cancel it (asyncio's returns None, aiowheel's a bool: typed loosely on purpose)."""
+        ...
+
+
+#: Files the wake-up handle on the loop's own heap: ``wake_at(when, callback) -> handle``.
+WakeAt = Callable[[float, Callable[[], None]], _WakeHandle]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +155,7 @@ class Timer:
         "_closing_cause",
         "_debug",
         "_debug_checks",
+        "_driven",
         "_epoch",
         "_fired",
         "_inverse_tick",
@@ -198,7 +211,7 @@ class Timer:
         self._debug = False
         self._reaper: asyncio.Task[None] | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._wake_handle: asyncio.TimerHandle | None = None
+        self._wake_handle: _WakeHandle | None = None
         self._armed = NEVER
         self._fired = 0
         self._cancelled_on_close = 0
@@ -211,7 +224,8 @@ class Timer:
         # on the loop's heap, and its callback is the reaper itself (no reaper task). The
         # `_slow_*` functions take every call_at / call_later the fast path does not.
         self._near = inf
-        self._wake_at: Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None = None
+        self._wake_at: WakeAt | None = None
+        self._driven = False
         self._slow_call_at: Callable[..., object] = _not_in_loop_mode
         self._slow_call_later: Callable[..., object] = _not_in_loop_mode
         self._debug_checks: Callable[[object, str], None] = _no_debug_checks
@@ -250,6 +264,9 @@ class Timer:
         """Take ``loop``'s clock, debug flag and thread; count this timer against the loop."""
         self._bound_loop = loop
         self._epoch = loop.time()
+        # On a loop-mode loop (aiowheel._loop) the wake-up handle goes on the loop's own heap,
+        # as that loop's Timer's does: filed in the loop's wheel it would be rounded up twice.
+        self._wake_at = getattr(loop, "_aiowheel_wake_at", None)
         # The loop's clock, as a direct call where the loop has not replaced asyncio's
         # (BaseEventLoop.time is a Python method around time.monotonic: ~40 ns per call saved
         # on every hot path); uvloop's and any custom loop's own method otherwise.
@@ -460,7 +477,7 @@ class Timer:
         self,
         loop: asyncio.AbstractEventLoop,
         near: float,
-        wake_at: Callable[[float, Callable[[], None]], asyncio.TimerHandle],
+        wake_at: WakeAt,
         slow_call_at: Callable[..., object],
         slow_call_later: Callable[..., object],
         debug_checks: Callable[[object, str], None],
@@ -470,6 +487,7 @@ class Timer:
         self._loop = loop
         self._near = near
         self._wake_at = wake_at
+        self._driven = True
         self._slow_call_at = slow_call_at
         self._slow_call_later = slow_call_later
         self._debug_checks = debug_checks
@@ -775,11 +793,14 @@ class Timer:
             self._armed = NEVER
             return
         self._armed = expiration
+        when = self._epoch + expiration * self._tick
         wake_at = self._wake_at
         if wake_at is None:
-            self._wake_handle = loop.call_at(self._epoch + expiration * self._tick, self._wake)
+            self._wake_handle = loop.call_at(when, self._wake)
+        elif self._driven:
+            self._wake_handle = wake_at(when, self._drive)
         else:
-            self._wake_handle = wake_at(self._epoch + expiration * self._tick, self._drive)
+            self._wake_handle = wake_at(when, self._wake)
 
     def _wake(self) -> None:
         self._wake_handle = None

@@ -27,6 +27,12 @@ def test_tiny_run_writes_every_workload_table_json_and_plot(
     for param in storm:
         for contender in ("aiowheel/asyncio", "aiowheel/uvloop"):
             assert storm[param][contender]["early"] == [0.0]  # aiowheel never fires early
+    # Loop mode: the loop's own API on the loop-mode twin, with its own rows and goals.
+    churn = document["raw"]["churn"]["pending=100"]
+    assert {"loop-mode/asyncio", "loop-mode/uvloop"} <= set(churn)
+    rows = [r for r in document["medians"] if r["contender"] == "loop mode"]
+    assert {r["workload"] for r in rows} >= {"churn", "timeout", "fanout", "storm", "memory"}
+    assert any(g["goal"].startswith("loop mode:") for g in document["goals"])
 
 
 def test_selected_workloads_and_contenders_only(
@@ -60,6 +66,10 @@ def test_missing_uvloop_skips_its_contenders_out_loud(
     monkeypatch.setattr(suite, "_uvloop_available", lambda: False)
     suite.main(["--tiny", "--workloads", "timeout", "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    assert "uvloop is not installed: skipping aiowheel/uvloop, loop/uvloop" in out
+    assert "uvloop is not installed: skipping aiowheel/uvloop, loop/uvloop, loop-mode/uvloop" in out
     document = json.loads((tmp_path / "bench.json").read_text())
-    assert set(document["raw"]["timeout"]["empty body"]) == {"aiowheel/asyncio", "loop/asyncio"}
+    assert set(document["raw"]["timeout"]["empty body"]) == {
+        "aiowheel/asyncio",
+        "loop/asyncio",
+        "loop-mode/asyncio",
+    }

@@ -509,3 +509,18 @@ def test_run_refuses_inside_a_running_loop_and_closes_the_coroutine(base: Base) 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run(base, main)
+
+
+def test_another_timer_on_the_loop_keeps_its_wake_up_off_the_loops_wheel(base: Base) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with aiowheel.Timer() as timer:
+            fired: list[float] = []
+            when = loop.time() + 0.05
+            timer.call_at(when, lambda: fired.append(loop.time()))
+            assert len(timer) == 1
+            assert len(wheel()) == 0  # its wake-up handle is on the loop's heap, not the wheel
+            await asyncio.sleep(0.1)
+            assert len(fired) == 1 and fired[0] >= when
+
+    run(base, main)
