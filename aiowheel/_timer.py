@@ -499,17 +499,18 @@ class Timer:
         *args: object,
         context: contextvars.Context | None = None,
     ) -> object:
-        """``loop.call_at`` of a loop-mode loop: the wheel for a float deadline at least
-        ``near`` ahead and a callable; the slow path (the loop's own heap) otherwise."""
-        if (
-            isinstance(when, float)
-            and when - self._clock() >= self._near
-            and callable(callback)
-            and not self._closed
-        ):
+        """``loop.call_at`` of a loop-mode loop: the wheel for a float (or int) deadline at
+        least ``near`` ahead and a callable; the slow path (the loop's own heap) otherwise."""
+        if isinstance(when, float):
+            deadline = when
+        elif isinstance(when, int) and -_EXACT_INT < when < _EXACT_INT:
+            deadline = float(when)  # aiohttp rounds its deadlines up to whole seconds: ints
+        else:
+            return self._slow_call_at(when, callback, *args, context=context)
+        if deadline - self._clock() >= self._near and callable(callback) and not self._closed:
             if self._debug:
                 self._debug_checks(callback, "call_at")
-            return self._call(when, callback, args, context)
+            return self._call(deadline, callback, args, context)
         return self._slow_call_at(when, callback, *args, context=context)
 
     def _loop_call_later(
