@@ -183,9 +183,20 @@ def _install(loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
             del handle._source_traceback[-1]
         return handle
 
-    debug_checks = _debug_checks_for(loop, base)
+    # A near deadline (already known to be a number, not NaN) goes straight to the base
+    # loop's method, bound to the loop: no Python frame of ours in between. asyncio's
+    # call_later would come back through self.call_at, so it takes slow_call_later's shortcut.
+    near_call_at = base_call_at.__get__(loop, cls)
+    near_call_later = slow_call_later if asyncio_call_later else base_call_later.__get__(loop, cls)
     timer._attach_loop(
-        loop, cls._aiowheel_threshold, wake_at, slow_call_at, slow_call_later, debug_checks
+        loop,
+        cls._aiowheel_threshold,
+        wake_at,
+        slow_call_at,
+        slow_call_later,
+        near_call_at,
+        near_call_later,
+        _debug_checks_for(loop, base),
     )
     loop._aiowheel_timer = timer
     loop._aiowheel_wake_at = wake_at  # for any other Timer bound to this loop (Timer._adopt)

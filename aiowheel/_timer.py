@@ -163,6 +163,8 @@ class Timer:
         "_loop",
         "_max_lateness",
         "_near",
+        "_near_call_at",
+        "_near_call_later",
         "_ready",
         "_reaper",
         "_slots",
@@ -221,13 +223,16 @@ class Timer:
         self._clock: Callable[[], float] = time.monotonic
         # Loop mode (aiowheel._loop) only. `_near`: deadlines nearer than this go to the loop's
         # own heap (inf: none come here through the loop). `_wake_at` files the wake-up handle
-        # on the loop's heap, and its callback is the reaper itself (no reaper task). The
-        # `_slow_*` functions take every call_at / call_later the fast path does not.
+        # on the loop's heap, and its callback is the reaper itself (no reaper task).
+        # `_near_*` take a valid near deadline straight to the loop's heap; `_slow_*` take
+        # every other call the wheel does not (and check it, or let the base loop do so).
         self._near = inf
         self._wake_at: WakeAt | None = None
         self._driven = False
         self._slow_call_at: Callable[..., object] = _not_in_loop_mode
         self._slow_call_later: Callable[..., object] = _not_in_loop_mode
+        self._near_call_at: Callable[..., object] = _not_in_loop_mode
+        self._near_call_later: Callable[..., object] = _not_in_loop_mode
         self._debug_checks: Callable[[object, str], None] = _no_debug_checks
 
     # -- life cycle ----------------------------------------------------------------------------
@@ -480,6 +485,8 @@ class Timer:
         wake_at: WakeAt,
         slow_call_at: Callable[..., object],
         slow_call_later: Callable[..., object],
+        near_call_at: Callable[..., object],
+        near_call_later: Callable[..., object],
         debug_checks: Callable[[object, str], None],
     ) -> None:
         """Become ``loop``'s own wheel, before the loop runs (see aiowheel._loop)."""
@@ -490,6 +497,8 @@ class Timer:
         self._driven = True
         self._slow_call_at = slow_call_at
         self._slow_call_later = slow_call_later
+        self._near_call_at = near_call_at
+        self._near_call_later = near_call_later
         self._debug_checks = debug_checks
 
     def _loop_call_at(
@@ -507,10 +516,16 @@ class Timer:
             deadline = float(when)  # aiohttp rounds its deadlines up to whole seconds: ints
         else:
             return self._slow_call_at(when, callback, *args, context=context)
-        if deadline - self._clock() >= self._near and callable(callback) and not self._closed:
-            if self._debug:
-                self._debug_checks(callback, "call_at")
-            return self._call(deadline, callback, args, context)
+        ahead = deadline - self._clock()
+        if ahead >= self._near:
+            if callable(callback) and not self._closed:
+                if self._debug:
+                    self._debug_checks(callback, "call_at")
+                return self._call(deadline, callback, args, context)
+        elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
+            if context is None:  # (a call without keywords is the cheaper one)
+                return self._near_call_at(when, callback, *args)
+            return self._near_call_at(when, callback, *args, context=context)
         return self._slow_call_at(when, callback, *args, context=context)
 
     def _loop_call_later(
@@ -527,10 +542,15 @@ class Timer:
             seconds_ahead = float(delay)  # asyncio.sleep(5): an int delay is common
         else:
             return self._slow_call_later(delay, callback, *args, context=context)
-        if seconds_ahead >= self._near and callable(callback) and not self._closed:
-            if self._debug:
-                self._debug_checks(callback, "call_later")
-            return self._call(self._clock() + seconds_ahead, callback, args, context)
+        if seconds_ahead >= self._near:
+            if callable(callback) and not self._closed:
+                if self._debug:
+                    self._debug_checks(callback, "call_later")
+                return self._call(self._clock() + seconds_ahead, callback, args, context)
+        elif seconds_ahead == seconds_ahead:  # near, and not NaN: straight to the loop's heap
+            if context is None:  # (a call without keywords is the cheaper one)
+                return self._near_call_later(delay, callback, *args)
+            return self._near_call_later(delay, callback, *args, context=context)
         return self._slow_call_later(delay, callback, *args, context=context)
 
     def sleep_until(self, deadline: Seconds, result: _T = None) -> Coroutine[Any, Any, _T]:  # type: ignore[assignment]
