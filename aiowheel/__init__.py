@@ -60,4 +60,4 @@ __all__ = [
     "wait_for",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

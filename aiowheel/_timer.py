@@ -34,6 +34,11 @@ Compiled build. This module is compiled with mypyc where possible; its coroutine
 :meth:`Timer._reaper_waiter` and calls the compiled :meth:`Timer._reap_due`, so all the
 per-timer work stays in C and nothing compiled ever suspends.
 
+Loop mode (:mod:`aiowheel._loop`). A loop's own Timer has no reaper task: its wake-up handle's
+callback (:meth:`Timer._drive`) advances the wheel, re-arms and runs the due callbacks inline;
+``_loop_call_at`` / ``_loop_call_later`` are the loop's ``call_at`` / ``call_later``. Any other
+Timer bound to such a loop keeps its task but files its wake-up on the loop's heap too.
+
 Failure. If the reaper task is cancelled from outside (``asyncio.run`` does this to every task
 at exit) or dies of a bug, the Timer closes itself: pending sleepers and scheduled futures fail
 with :class:`TimerClosedError` naming the cause, pending callbacks are marked cancelled, and any

@@ -5,6 +5,9 @@ starts ``examples/server.py`` as a separate process (once with its deadline midd
 aiowheel, once on ``asyncio.timeout``), sends a bounded number of concurrent requests (a mix
 of ``/fast`` and ``/slow`` requests that overrun the request timeout), and prints throughput,
 p50/p99 latency, the count of 504s, and the server's pending timers at the end (must be 0).
+``--loop-mode`` compares instead the unmodified server (middleware on ``asyncio.timeout``) on
+the base loop and on its loop-mode twin (``examples/server.py --loop-mode``), where every
+timer of the server is on the wheel; there every 504 must come, none early.
 Only 127.0.0.1 is ever contacted; every loop is bounded in count and time.
 """
 
