@@ -548,7 +548,7 @@ def plot(results: Results, path: Path) -> bool:
         print("matplotlib is not installed (pip install -e '.[bench]'): no plot", flush=True)
         return False
     storms = list(results.raw.get("storm", {}))
-    fig, axes = plt.subplots(1, 1 + len(storms), figsize=(6 + 5 * len(storms), 5))
+    fig, axes = plt.subplots(1, 1 + len(storms), figsize=(6 + 6 * len(storms), 5.5))
     left = axes[0] if storms else axes
     churn = results.raw.get("churn", {})
     params = sorted(churn, key=lambda p: int(p.split("=")[1].replace(",", "")))
@@ -573,8 +573,11 @@ def plot(results: Results, path: Path) -> bool:
             values = [results.median("storm", param, c, metric) or 0 for c in names]
             ax.bar([j + i * width for j in range(len(names))], values, width,
                    label=metric.replace("_ms", ""))  # fmt: skip
-        labels = [f"{c}\nearly: {_fmt(results.median('storm', param, c, 'early'))}" for c in names]
-        ax.set_xticks([j + width for j in range(len(names))], labels, fontsize=8)
+        labels = [
+            f"{c.replace('/', chr(10))}\nearly: {_fmt(results.median('storm', param, c, 'early'))}"
+            for c in names
+        ]
+        ax.set_xticks([j + width for j in range(len(names))], labels, fontsize=7)
         ax.set_ylabel("lateness (ms, by loop.time())")
         ax.set_yscale("log")
         ax.set_title(f"Fire storm: {param}")
