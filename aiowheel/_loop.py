@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import numbers
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from decimal import Decimal
 from math import inf
@@ -178,16 +179,27 @@ def _install(loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
         # asyncio's call_later, minus its call through self.call_at back into the fast path.
         if delay is None:
             raise TypeError("delay must not be None")
-        handle = base_call_at(loop, loop.time() + delay, callback, *args, context=context)
+        return asyncio_near_call_later(delay, callback, *args, context=context)  # type: ignore[arg-type]
+
+    def asyncio_near_call_later(
+        delay: float, callback: object, *args: object, context: object = None
+    ) -> Any:
+        # asyncio's call_later for a delay known to be a number and not NaN, minus its call
+        # through self.call_at back into the fast path.
+        handle = base_call_at(loop, clock() + delay, callback, *args, context=context)
         if handle._source_traceback:
             del handle._source_traceback[-1]
         return handle
 
     # A near deadline (already known to be a number, not NaN) goes straight to the base
-    # loop's method, bound to the loop: no Python frame of ours in between. asyncio's
-    # call_later would come back through self.call_at, so it takes slow_call_later's shortcut.
+    # loop's method, bound to the loop: no Python frame of ours in between (asyncio's
+    # call_later would come back through self.call_at: it gets the shortcut above).
+    clock = time.monotonic if cls.time is asyncio.BaseEventLoop.time else loop.time
     near_call_at = base_call_at.__get__(loop, cls)
-    near_call_later = slow_call_later if asyncio_call_later else base_call_later.__get__(loop, cls)
+    if asyncio_call_later:
+        near_call_later: Callable[..., Any] = asyncio_near_call_later
+    else:
+        near_call_later = base_call_later.__get__(loop, cls)
     timer._attach_loop(
         loop,
         cls._aiowheel_threshold,

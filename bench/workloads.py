@@ -62,18 +62,18 @@ async def _timer_for(kind: str) -> aiowheel.Timer | None:
 # -- 1. churn: arm a timer 30 s out, cancel an older one --------------------------------------
 
 
-async def churn(kind: str, pending: int, ops: int) -> float:
+async def churn(kind: str, pending: int, ops: int, delay: float = 30.0) -> float:
     """Operations (one call_later + one cancel) per second with ``pending`` timers pending."""
     loop = asyncio.get_running_loop()
     timer = await _timer_for(kind)
     call_later = timer.call_later if timer is not None else loop.call_later
-    ring = deque(call_later(30.0, _noop) for _ in range(pending))
+    ring = deque(call_later(delay, _noop) for _ in range(pending))
     gc.collect()  # pay the set-up's collection debt now, not inside the measurement
     rounds = max(1, ops // OPS_PER_ITERATION)
     start = time.perf_counter()
     for _ in range(rounds):
         for _ in range(OPS_PER_ITERATION):
-            ring.append(call_later(30.0, _noop))
+            ring.append(call_later(delay, _noop))
             ring.popleft().cancel()
         await asyncio.sleep(0)
     elapsed = time.perf_counter() - start
