@@ -239,10 +239,6 @@ def _memory_allows(pending: int) -> bool:
     return available > pending * 1500  # uvloop's handles are ~520 B; leave ample margin
 
 
-def _loop(contender: str) -> str:
-    return contender.split("/")[1]
-
-
 def _kind(contender: str) -> str:
     return contender.split("/")[0]
 
