@@ -468,10 +468,14 @@ def test_nan_and_non_numbers_are_refused_and_change_nothing(base: Base) -> None:
         loop.call_later(-5, fired.append, "past")
         loop.call_at(-math.inf, fired.append, "minus inf")
         forever = loop.call_at(math.inf, fired.append, "never")
-        await asyncio.sleep(0.02)
+        errors: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        loop.call_later(0.02, 42)  # type: ignore[arg-type]  # accepted, fails when run
+        await asyncio.sleep(0.05)
         assert sorted(fired) == ["fraction", "minus inf", "past"]
         assert not forever.cancelled()
         forever.cancel()
+        assert [type(e.get("exception")) for e in errors] == [TypeError]
 
     run(base, main)
 
