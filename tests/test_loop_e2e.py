@@ -163,3 +163,37 @@ def test_example_server_process_with_loop_mode_flag() -> None:
     finally:
         server.terminate()
         server.wait(timeout=15)
+
+
+def test_pytest_asyncio_runs_tests_on_a_loop_factory(tmp_path: Path) -> None:
+    # pytest-asyncio's loop factories: a conftest hook naming aiowheel.loop_factory().
+    (tmp_path / "conftest.py").write_text(
+        "import aiowheel\n"
+        "import uvloop\n\n\n"
+        "def pytest_asyncio_loop_factories(config, item):\n"
+        "    return {\n"
+        "        'loop-mode': aiowheel.loop_factory(),\n"
+        "        'loop-mode-uvloop': aiowheel.loop_factory(uvloop.Loop),\n"
+        "    }\n"
+    )
+    (tmp_path / "test_user.py").write_text(
+        "import asyncio\n\n"
+        "import pytest\n\n"
+        "from aiowheel._loop import timer_of\n\n\n"
+        "@pytest.mark.asyncio\n"
+        "async def test_on_the_wheel():\n"
+        "    timer = timer_of(asyncio.get_running_loop())\n"
+        "    assert timer is not None\n"
+        "    await asyncio.sleep(0.05)\n"
+        "    assert timer.stats().fired == 1\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
