@@ -528,7 +528,9 @@ class Timer:
                     self._debug_checks(callback, "call_at")
                 return self._call(deadline, callback, args, context)
         elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
-            if context is None:  # (a call without keywords is the cheaper one)
+            if context is None:  # (the calls with fewer arguments are the cheaper ones)
+                if not args:
+                    return self._near_call_at(when, callback)
                 return self._near_call_at(when, callback, *args)
             return self._near_call_at(when, callback, *args, context=context)
         return self._slow_call_at(when, callback, *args, context=context)
@@ -553,7 +555,9 @@ class Timer:
                     self._debug_checks(callback, "call_later")
                 return self._call(self._clock() + seconds_ahead, callback, args, context)
         elif seconds_ahead == seconds_ahead:  # near, and not NaN: straight to the loop's heap
-            if context is None:  # (a call without keywords is the cheaper one)
+            if context is None:  # (the calls with fewer arguments are the cheaper ones)
+                if not args:
+                    return self._near_call_later(delay, callback)
                 return self._near_call_later(delay, callback, *args)
             return self._near_call_later(delay, callback, *args, context=context)
         return self._slow_call_later(delay, callback, *args, context=context)
