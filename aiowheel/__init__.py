@@ -1,6 +1,8 @@
 """aiowheel: an asyncio-native hierarchical timing wheel.
 
 O(1) timers, request timeouts and heartbeats for asyncio (and uvloop) that never fire early.
+Loop mode (:func:`run`, :func:`loop_factory`, :func:`new_event_loop`) puts every timer of a
+program on the wheel: ``aiowheel.run(main())``.
 
 Two builds of the same sources: where the install could compile them (mypyc), the hot modules
 run as C extensions; elsewhere, or with ``AIOWHEEL_NO_EXTENSIONS=1`` in the environment when

@@ -108,7 +108,7 @@ def _uvloop_available() -> bool:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="smaller sizes, 3 repeats (about a minute)")
+    mode.add_argument("--quick", action="store_true", help="smaller sizes, 3 repeats (~1 min)")
     mode.add_argument("--tiny", action="store_true", help="smoke-test sizes (seconds)")
     parser.add_argument(
         "--workloads",
