@@ -528,11 +528,7 @@ class Timer:
                     self._debug_checks(callback, "call_at")
                 return self._call(deadline, callback, args, context)
         elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
-            if context is None:  # (the calls with fewer arguments are the cheaper ones)
-                if not args:
-                    return self._near_call_at(when, callback)
-                return self._near_call_at(when, callback, *args)
-            return self._near_call_at(when, callback, *args, context=context)
+            return _hand_over(self._near_call_at, when, callback, args, context)
         return self._slow_call_at(when, callback, *args, context=context)
 
     def _loop_call_later(
@@ -555,11 +551,7 @@ class Timer:
                     self._debug_checks(callback, "call_later")
                 return self._call(self._clock() + seconds_ahead, callback, args, context)
         elif seconds_ahead == seconds_ahead:  # near, and not NaN: straight to the loop's heap
-            if context is None:  # (the calls with fewer arguments are the cheaper ones)
-                if not args:
-                    return self._near_call_later(delay, callback)
-                return self._near_call_later(delay, callback, *args)
-            return self._near_call_later(delay, callback, *args, context=context)
+            return _hand_over(self._near_call_later, delay, callback, args, context)
         return self._slow_call_later(delay, callback, *args, context=context)
 
     def sleep_until(self, deadline: Seconds, result: _T = None) -> Coroutine[Any, Any, _T]:  # type: ignore[assignment]
@@ -974,6 +966,22 @@ def _check_not_coroutine_function(callback: Callable[..., object]) -> None:
     # asyncio makes this check in debug mode only, for its cost; so do we.
     if asyncio.iscoroutinefunction(callback):
         raise TypeError("coroutine functions cannot be used with call_at(); use schedule_at()")
+
+
+def _hand_over(
+    method: Callable[..., object],
+    time: object,
+    callback: object,
+    args: tuple[object, ...],
+    context: contextvars.Context | None,
+) -> object:
+    """``method(time, callback, *args, context=context)``, with as few arguments as will do:
+    a call without keywords, or without a tuple to unpack, is the cheaper one (loop mode)."""
+    if context is None:
+        if not args:
+            return method(time, callback)
+        return method(time, callback, *args)
+    return method(time, callback, *args, context=context)
 
 
 def _not_in_loop_mode(*args: object, **kwargs: object) -> object:
