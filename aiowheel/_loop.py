@@ -61,6 +61,7 @@ from math import inf
 from typing import Any, Final, TypeVar
 
 from ._timer import Timer
+from ._types import seconds
 
 __all__ = ["DEFAULT_THRESHOLD", "loop_factory", "new_event_loop", "run"]
 
@@ -99,11 +100,9 @@ def _check_base(base: object) -> type[asyncio.AbstractEventLoop]:
 
 
 def _check_threshold(threshold: object) -> float:
-    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
-        raise TypeError(
-            f"threshold must be a real number of seconds, got {type(threshold).__name__}"
-        )
-    value = float(threshold)
+    if isinstance(threshold, bool):  # a flag passed by mistake, not a number of seconds
+        raise TypeError("threshold must be a real number of seconds, got bool")
+    value = seconds("threshold", threshold)
     if not 0 <= value < inf:
         raise ValueError(
             f"threshold must be a non-negative, finite number of seconds, got {threshold!r}"
@@ -275,10 +274,7 @@ def new_event_loop(
     >>> loop = aiowheel.new_event_loop()
     >>> loop.run_until_complete(main())   # every timer of main() on the wheel
     """
-    checked_base = _check_base(base)
-    checked_threshold = _check_threshold(threshold)
-    Timer(tick=tick)  # validates tick, with Timer's messages, before a class is made for it
-    return _loop_class(checked_base, float(tick), checked_threshold)()
+    return loop_factory(base, tick=tick, threshold=threshold)()
 
 
 def loop_factory(
@@ -296,7 +292,7 @@ def loop_factory(
     """
     checked_base = _check_base(base)
     checked_threshold = _check_threshold(threshold)
-    Timer(tick=tick)
+    Timer(tick=tick)  # validates tick, with Timer's messages, before a class is made for it
     cls = _loop_class(checked_base, float(tick), checked_threshold)
 
     def factory() -> asyncio.AbstractEventLoop:
