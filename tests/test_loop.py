@@ -32,6 +32,22 @@ def run(base: Base, main: Callable[[], Coroutine[Any, Any, Any]], **kwargs: Any)
     return aiowheel.run(main(), base=base, **kwargs)
 
 
+def runtime_errors_in_another_thread(call: Callable[[], object]) -> list[RuntimeError]:
+    """Make ``call`` from a thread of its own; the RuntimeErrors it raised."""
+    errors: list[RuntimeError] = []
+
+    def target() -> None:
+        try:
+            call()
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    return errors
+
+
 def wheel() -> aiowheel.Timer:
     timer = timer_of(asyncio.get_running_loop())
     assert timer is not None
@@ -291,17 +307,7 @@ def test_debug_mode_checks_like_the_base_loop(base: Base) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         assert loop.get_debug()
-        errors: list[BaseException] = []
-
-        def from_another_thread() -> None:
-            try:
-                loop.call_later(30, lambda: None)
-            except RuntimeError as exc:
-                errors.append(exc)
-
-        thread = threading.Thread(target=from_another_thread)
-        thread.start()
-        thread.join()
+        errors = runtime_errors_in_another_thread(lambda: loop.call_later(30, lambda: None))
         assert len(errors) == 1
         assert "Non-thread-safe operation" in str(errors[0])
         assert len(wheel()) == 0
@@ -344,17 +350,9 @@ def test_set_debug_later_turns_the_checks_on(base: Base) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         loop.set_debug(True)
-
-        def from_another_thread(errors: list[BaseException]) -> None:
-            try:
-                loop.call_at(loop.time() + 30, lambda: None)
-            except RuntimeError as exc:
-                errors.append(exc)
-
-        errors: list[BaseException] = []
-        thread = threading.Thread(target=from_another_thread, args=(errors,))
-        thread.start()
-        thread.join()
+        errors = runtime_errors_in_another_thread(
+            lambda: loop.call_at(loop.time() + 30, lambda: None)
+        )
         assert len(errors) == 1
 
     run(base, main, debug=False)
