@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import numbers
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -78,11 +79,17 @@ _classes_lock: Final = threading.Lock()
 
 
 def _default_base() -> type[asyncio.AbstractEventLoop]:
-    """asyncio's default loop class on this platform (``asyncio.EventLoop`` from 3.13)."""
+    """asyncio's default loop class on this platform (``asyncio.EventLoop`` from 3.13).
+
+    Named without the event loop policies, which 3.14 deprecates and 3.16 removes: before 3.13
+    the default policy's loop class is the selector loop on Unix and the proactor on Windows.
+    """
     base: type[asyncio.AbstractEventLoop] | None = getattr(asyncio, "EventLoop", None)
     if base is None:
-        base = asyncio.DefaultEventLoopPolicy._loop_factory  # type: ignore[attr-defined]
-    assert base is not None
+        if sys.platform == "win32":  # pragma: no cover - CI runs on Linux
+            base = asyncio.ProactorEventLoop  # type: ignore[attr-defined,unused-ignore]
+        else:
+            base = asyncio.SelectorEventLoop
     return base
 
 

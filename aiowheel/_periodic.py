@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import math
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -119,7 +120,7 @@ class _Runner(_Timed):
         self._context = context
         self._task = None
         # Asked once: inspect's check costs more than the rest of a run.
-        self._is_async = asyncio.iscoroutinefunction(callback)
+        self._is_async = inspect.iscoroutinefunction(callback)
 
     def _active(self) -> bool:
         """Whether a queued sync run should still happen."""

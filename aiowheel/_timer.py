@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import sys
 import threading
 import time
@@ -964,7 +965,7 @@ class Timer:
 
 def _check_not_coroutine_function(callback: Callable[..., object]) -> None:
     # asyncio makes this check in debug mode only, for its cost; so do we.
-    if asyncio.iscoroutinefunction(callback):
+    if inspect.iscoroutinefunction(callback):
         raise TypeError("coroutine functions cannot be used with call_at(); use schedule_at()")
 
 

@@ -3,15 +3,24 @@
     python tests/cpython_conformance.py --loop asyncio --mode wheel test_tasks test_locks
     python tests/cpython_conformance.py --loop uvloop --mode base test_tasks.SleepTests
 
-``--mode wheel`` installs an event loop policy whose ``new_event_loop()`` returns
-``aiowheel.new_event_loop(base)`` (``base``: asyncio's default loop or ``uvloop.Loop``);
-``--mode base`` the same policy returning the base loop itself, the reference to compare with.
-The policy replaces ``asyncio.DefaultEventLoopPolicy``, so it survives the test modules'
-``asyncio.set_event_loop_policy(None)`` (asyncio re-creates the policy from that name).
+``--mode wheel`` makes every new event loop a loop-mode loop, ``aiowheel.new_event_loop(base)``
+(``base``: asyncio's default loop or ``uvloop.Loop``); ``--mode base`` the base loop itself,
+the reference to compare with.
 
-Prints one JSON object: the tests run, the ids of those that failed or errored, the loops the
-policy made and, in wheel mode, how many timers those loops' wheels took (so a run in which
-the wheel was never used cannot pass for conformance).
+Loops are injected without replacing event loop policies (3.14 deprecates them, 3.16 removes
+them, and on 3.14 replacing ``asyncio.DefaultEventLoopPolicy`` no longer changes which loop is
+made): the harness rebinds the names loops are made from, before the test modules are imported:
+
+- the default policy class's ``_loop_factory``: what ``asyncio.new_event_loop()`` makes, and
+  ``asyncio.Runner`` without a ``loop_factory`` (``asyncio.run``, ``IsolatedAsyncioTestCase``),
+  on 3.11 through 3.15. A test that installs its own policy (test_runners does, with mock loops)
+  still gets its own loops;
+- ``asyncio.EventLoop`` (3.13+: the tests pass it as ``loop_factory``).
+
+Each of them makes an instance of one class, a subclass of the loop-mode class (or of the base
+class) that counts its instances. Prints one JSON object: the tests run, the ids of those that
+failed or errored, the loops made and, in wheel mode, how many timers those loops' wheels took,
+so that a run in which the injection or the wheel was never used cannot pass for conformance.
 
 The tests are the interpreter's own, under ``Lib/test/test_asyncio``; a module the
 interpreter does not ship is reported in ``missing``.
@@ -23,35 +32,40 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import sys
 import unittest
 from typing import Any
 
 
-def _policy(loop: str, mode: str, made: list[Any]) -> type[asyncio.AbstractEventLoopPolicy]:
-    import aiowheel
-    from aiowheel._loop import timer_of
+def _counting_class(loop: str, mode: str, made: list[Any]) -> type[Any]:
+    """The class every injected name makes: the loop-mode class of ``loop``, or the base."""
+    from aiowheel._loop import _default_base, _loop_class
 
     if loop == "uvloop":
         import uvloop
 
-        base_policy: type[Any] = uvloop.EventLoopPolicy
-        base: type[asyncio.AbstractEventLoop] | None = uvloop.Loop
+        base: type[Any] = uvloop.Loop
     else:
-        base_policy = asyncio.DefaultEventLoopPolicy
-        base = None
+        base = _default_base()
+    made_from: type[Any] = _loop_class(base, 0.001, 0.01) if mode == "wheel" else base
 
-    class Policy(base_policy):  # type: ignore[misc, valid-type]
-        def new_event_loop(self) -> asyncio.AbstractEventLoop:
-            if mode == "wheel":
-                new = aiowheel.new_event_loop(base)
-                made.append(timer_of(new))
-            else:
-                new = super().new_event_loop()
-                made.append(None)
-            return new
+    class Counted(made_from):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
 
-    return Policy
+    Counted.__name__ = Counted.__qualname__ = made_from.__name__
+    return Counted
+
+
+def _inject(cls: type[Any]) -> None:
+    policies = sys.modules[
+        "asyncio.windows_events" if sys.platform == "win32" else "asyncio.unix_events"
+    ]
+    policies._DefaultEventLoopPolicy._loop_factory = cls  # type: ignore[attr-defined]
+    if hasattr(asyncio, "EventLoop"):
+        asyncio.EventLoop = cls  # type: ignore[misc]
 
 
 def main() -> None:
@@ -62,8 +76,7 @@ def main() -> None:
     args = parser.parse_args()
 
     made: list[Any] = []
-    asyncio.DefaultEventLoopPolicy = _policy(args.loop, args.mode, made)  # type: ignore[misc]
-    asyncio.set_event_loop_policy(None)
+    _inject(_counting_class(args.loop, args.mode, made))
 
     suite = unittest.TestSuite()
     missing = []
@@ -78,7 +91,9 @@ def main() -> None:
     result = unittest.TextTestRunner(stream=sys.stderr, verbosity=1).run(suite)
     failed = sorted(test.id() for test, _ in result.failures + result.errors)
     failed += sorted(test.id() for test in result.unexpectedSuccesses)
-    timers = [timer for timer in made if timer is not None]
+    from aiowheel._loop import timer_of
+
+    timers = [timer for timer in map(timer_of, made) if timer is not None]
     wheel_timers = sum(t.stats().fired + t.stats().cancelled for t in timers)
     print(
         json.dumps(
@@ -100,3 +115,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # The results are out. A test that failed on its own loop can leave a thread running that
+    # loop, which would hold the interpreter at exit for ever (uvloop on 3.14's
+    # test_free_threading does, in both modes): exit without waiting for such threads.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

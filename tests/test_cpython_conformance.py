@@ -34,6 +34,10 @@ MODULES = [
     "test_taskgroups",
     "test_runners",
 ]
+if sys.version_info >= (3, 14):
+    # New in 3.14, and arming timers: the call-graph introspection (a task awaiting a sleep
+    # must show the same on loop mode) and asyncio's thread-safety tests.
+    MODULES += ["test_graph", "test_free_threading"]
 
 
 def _run(loop: str, mode: str, tests: list[str]) -> dict[str, Any]:

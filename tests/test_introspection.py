@@ -1,0 +1,201 @@
+"""What asyncio offers around the loop, on loop-mode loops: the REPL (``python -m aiowheel``),
+3.14's call-graph introspection (``asyncio.capture_call_graph``, ``python -m asyncio ps`` and
+``pstree``) and eager task factories (3.12+).
+
+A task sleeping on a wheel timer awaits the same future as on the base loop: only who resolves
+it differs. So each introspection is compared with the base loop's own output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvloop
+
+import aiowheel
+from aiowheel._loop import timer_of
+
+ROOT = Path(__file__).resolve().parent.parent
+BASES = [pytest.param(None, id="asyncio"), pytest.param(uvloop.Loop, id="uvloop")]
+Base = type[asyncio.AbstractEventLoop] | None
+
+needs_314 = pytest.mark.skipif(sys.version_info < (3, 14), reason="new in Python 3.14")
+
+
+def run_on(base: Base, wheel: bool, main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """Run ``main()`` on a loop-mode loop over ``base``, or on ``base`` itself."""
+    if wheel:
+        return aiowheel.run(main(), base=base)
+    factory: Callable[[], asyncio.AbstractEventLoop] = base or asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main())
+
+
+def run_python(args: list[str], stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, **env},
+    )
+
+
+# -- the REPL -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("base_name", ["asyncio", "uvloop"])
+def test_repl_runs_top_level_await_on_a_loop_mode_loop(base_name: str) -> None:
+    lines = [
+        "import aiowheel",
+        "print('LOOP', type(asyncio.get_running_loop()).__name__)",
+        "await asyncio.sleep(0.05)",
+        "print('FIRED', aiowheel.get_timer().stats().fired)",
+    ]
+    proc = run_python(
+        ["-m", "aiowheel", "--base", base_name],
+        "\n".join(lines) + "\n",
+        PYTHON_BASIC_REPL="1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "asyncio REPL" in out
+    loop_class = "WheelLoop" if base_name == "uvloop" else "WheelUnixSelectorEventLoop"
+    assert f"LOOP {loop_class}" in out
+    assert "FIRED 1" in out  # the 50 ms sleep was a wheel timer, and it fired
+    assert "Traceback" not in out
+
+
+def test_repl_refuses_an_unknown_base() -> None:
+    proc = run_python(["-m", "aiowheel", "--base", "trio"])
+    assert proc.returncode == 2
+    assert "invalid choice: 'trio'" in proc.stderr
+
+
+# -- eager task factories (3.12+) ---------------------------------------------------------------
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="asyncio.eager_task_factory is 3.12+")
+@pytest.mark.parametrize("base", BASES)
+def test_eager_tasks_sleep_and_time_out_on_the_wheel(base: Base) -> None:
+    async def main() -> tuple[list[str], int | None]:
+        loop = asyncio.get_running_loop()
+        loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined]
+        steps: list[str] = []
+
+        async def child() -> None:
+            steps.append("child started")
+            try:
+                async with asyncio.timeout(0.03):
+                    await asyncio.sleep(10)
+            except TimeoutError:
+                steps.append("timed out")
+
+        task = asyncio.create_task(child())
+        steps.append("create_task returned")
+        timer = timer_of(loop)
+        pending = None if timer is None else timer.stats().pending
+        await task
+        return steps, pending
+
+    steps, pending = run_on(base, True, main)
+    base_steps, _ = run_on(base, False, main)
+    assert steps == base_steps
+    if base is None:  # uvloop's create_task does not start tasks eagerly, with or without us
+        assert steps == ["child started", "create_task returned", "timed out"]
+        assert pending == 2  # the eager task's sleep and its timeout, both on the wheel
+    else:
+        assert steps[-1] == "timed out"
+
+
+# -- call graphs (3.14+) ------------------------------------------------------------------------
+
+
+def _graph_of_a_sleeping_task() -> Coroutine[Any, Any, str]:
+    async def sleeper() -> None:
+        await asyncio.sleep(30)
+
+    async def main() -> str:
+        task = asyncio.create_task(sleeper(), name="sleeper")
+        await asyncio.sleep(0)
+        graph = asyncio.format_call_graph(task)  # type: ignore[attr-defined]
+        task.cancel()
+        return re.sub(r"0x[0-9a-f]+", "0x?", str(graph))
+
+    return main()
+
+
+@needs_314
+@pytest.mark.parametrize("base", BASES)
+def test_call_graph_of_a_task_on_a_wheel_timer_is_the_base_loops(base: Base) -> None:
+    on_wheel = run_on(base, True, _graph_of_a_sleeping_task)
+    on_base = run_on(base, False, _graph_of_a_sleeping_task)
+    assert "sleeper" in on_wheel and "sleep" in on_wheel
+    assert on_wheel == on_base
+
+
+PS_PROGRAM = textwrap.dedent(
+    """
+    import asyncio, sys
+    import aiowheel
+
+    async def sleeper():
+        await asyncio.sleep(60)
+
+    async def main():
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(sleeper(), name="wheel-sleeper")
+            await asyncio.sleep(0)
+            if sys.argv[1] == "wheel":
+                assert aiowheel.get_timer().stats().pending == 1
+            print("ready", flush=True)
+            await asyncio.sleep(60)
+
+    if sys.argv[1] == "wheel":
+        aiowheel.run(main())
+    else:
+        asyncio.run(main())
+    """
+)
+
+
+def _ps(mode: str, command: str) -> list[str]:
+    """``python -m asyncio <command>`` on a program whose task sleeps (wheel: on the wheel)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PS_PROGRAM, mode], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        shown = run_python(["-m", "asyncio", command, str(proc.pid)])
+        assert shown.returncode == 0, shown.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+    # Ids, thread ids and the column padding differ between runs; the rest must not.
+    return [
+        re.sub(r"\s+", " ", re.sub(r"0x[0-9a-f]+|\b\d{3,}\b", "?", line)).strip()
+        for line in shown.stdout.splitlines()
+    ]
+
+
+@needs_314
+@pytest.mark.parametrize("command", ["ps", "pstree"])
+def test_asyncio_ps_shows_a_task_sleeping_on_the_wheel_as_on_the_base_loop(command: str) -> None:
+    on_wheel = _ps("wheel", command)
+    on_base = _ps("base", command)
+    assert any("wheel-sleeper" in line for line in on_wheel)
+    assert any("sleeper" in line and "sleep" in line for line in on_wheel) or command == "pstree"
+    assert on_wheel == on_base
