@@ -171,6 +171,7 @@ class Timer:
         "_near",
         "_near_call_at",
         "_near_call_later",
+        "_near_pad",
         "_ready",
         "_reaper",
         "_slots",
@@ -233,6 +234,10 @@ class Timer:
         # `_near_*` take a valid near deadline straight to the loop's heap; `_slow_*` take
         # every other call the wheel does not (and check it, or let the base loop do so).
         self._near = inf
+        # Added to a near deadline handed to the loop's heap, for a base loop that would run it
+        # early by its own clock (uvloop: whole milliseconds, rounded to the nearest). 0.0 for
+        # the loops that never do; then the deadline goes on unchanged (int or float).
+        self._near_pad = 0.0
         self._wake_at: WakeAt | None = None
         self._driven = False
         self._slow_call_at: Callable[..., object] = _not_in_loop_mode
@@ -488,6 +493,7 @@ class Timer:
         self,
         loop: asyncio.AbstractEventLoop,
         near: float,
+        near_pad: float,
         wake_at: WakeAt,
         slow_call_at: Callable[..., object],
         slow_call_later: Callable[..., object],
@@ -499,6 +505,7 @@ class Timer:
         self._adopt(loop)
         self._loop = loop
         self._near = near
+        self._near_pad = near_pad
         self._wake_at = wake_at
         self._driven = True
         self._slow_call_at = slow_call_at
@@ -529,6 +536,9 @@ class Timer:
                     self._debug_checks(callback, "call_at")
                 return self._call(deadline, callback, args, context)
         elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
+            pad = self._near_pad
+            if pad:
+                when = deadline + pad
             return _hand_over(self._near_call_at, when, callback, args, context)
         return self._slow_call_at(when, callback, *args, context=context)
 
@@ -552,6 +562,9 @@ class Timer:
                     self._debug_checks(callback, "call_later")
                 return self._call(self._clock() + seconds_ahead, callback, args, context)
         elif seconds_ahead == seconds_ahead:  # near, and not NaN: straight to the loop's heap
+            pad = self._near_pad
+            if pad:
+                delay = seconds_ahead + pad
             return _hand_over(self._near_call_later, delay, callback, args, context)
         return self._slow_call_later(delay, callback, *args, context=context)
 

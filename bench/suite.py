@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import platform
@@ -19,28 +20,39 @@ from . import workloads as w
 # kind/loop: "aiowheel" is aiowheel's API on a Timer; "loop" the loop's own timers; "loop-mode"
 # the same code as "loop" (loop.call_later, asyncio.timeout, asyncio.sleep) on the loop's
 # loop-mode twin (aiowheel.new_event_loop(base)); "floor" is plain Python, no timer at all.
+# rloop and zuvloop (3.14+) run where they install: their own timers ("loop/...") and as
+# loop-mode bases; aiowheel's API on them would measure the same wheel again.
+LOOPS = ("asyncio", "uvloop", "rloop", "zuvloop")
+PEERS = tuple(f"loop/{loop}" for loop in LOOPS)
+LOOP_MODE = tuple(f"loop-mode/{loop}" for loop in LOOPS)
 CONTENDERS = (
     "aiowheel/asyncio", "loop/asyncio", "aiowheel/uvloop", "loop/uvloop", "floor",
-    "loop-mode/asyncio", "loop-mode/uvloop",
+    "loop-mode/asyncio", "loop-mode/uvloop", "loop/rloop", "loop-mode/rloop",
+    "loop/zuvloop", "loop-mode/zuvloop",
 )  # fmt: skip
-LOOP_MODE = ("loop-mode/asyncio", "loop-mode/uvloop")
+API = ("aiowheel/asyncio", "loop/asyncio", "aiowheel/uvloop", "loop/uvloop")
+EVERY_LOOP = (*API, *LOOP_MODE, "loop/rloop", "loop/zuvloop")
 WORKLOADS = (
-    "core", "churn", "near", "timeout", "reschedule", "fanout", "storm", "heartbeat", "feed",
-    "memory", "idle",
+    "core", "schedule", "churn", "near", "timeout", "reschedule", "fanout", "due", "storm",
+    "heartbeat", "feed", "memory", "idle",
 )  # fmt: skip
 # Which contenders each workload has (the floor only where it means something).
 APPLIES = {
     "core": ("floor", "aiowheel/asyncio"),
-    "churn": CONTENDERS,
+    # zuvloop's headline: loop.call_later(30, f).cancel() with nothing else pending
+    "schedule": EVERY_LOOP,
+    "churn": (*CONTENDERS[:5], *LOOP_MODE, "loop/rloop", "loop/zuvloop"),
     # churn of 5 ms timers: in loop mode they stay on the loop's heap (below the threshold)
-    "near": ("loop/asyncio", "loop/uvloop", *LOOP_MODE),
-    "timeout": CONTENDERS[:4] + LOOP_MODE,
-    "reschedule": CONTENDERS[:4] + LOOP_MODE,
-    "fanout": CONTENDERS[:4] + LOOP_MODE,
-    "storm": CONTENDERS[:4] + LOOP_MODE,
-    "heartbeat": CONTENDERS[:4],
-    "feed": CONTENDERS[:4] + LOOP_MODE,
-    "memory": CONTENDERS[:4] + LOOP_MODE,
+    "near": (*PEERS, *LOOP_MODE),
+    "timeout": EVERY_LOOP,
+    "reschedule": API + LOOP_MODE[:2],
+    "fanout": EVERY_LOOP,
+    # N timers already due: the time to run them all
+    "due": EVERY_LOOP,
+    "storm": EVERY_LOOP,
+    "heartbeat": API,
+    "feed": API + LOOP_MODE[:2],
+    "memory": API + LOOP_MODE[:2],
     "idle": ("aiowheel/asyncio", "aiowheel/uvloop"),
 }
 
@@ -67,17 +79,18 @@ class Sizes:
     memory_count: int
     idle_timers: int
     idle_seconds: float
+    due_timers: int = 50_000
 
 
 MODES = {
     "full": Sizes(5, (1_000, 100_000, 1_000_000, 10_000_000), 300_000, (1_000, 1_000_000),
                   500_000, 300_000, 500_000, 50_000, 0.3, 200_000, 0.5, 20_000, 2.0, 100_000,
                   1.0, 3.0, 500_000, 100_000, 1_000_000, 2.0),
-    "quick": Sizes(3, (1_000, 300_000), 50_000, (1_000, 1_000_000), 60_000, 60_000,
+    "quick": Sizes(3, (1_000, 10_000, 100_000), 50_000, (1_000, 1_000_000), 60_000, 60_000,
                    100_000, 50_000, 0.3, 25_000, 0.0625, 2_500, 0.25, 10_000, 0.25, 0.5,
                    100_000, 5_000, 50_000, 0.2),
     "tiny": Sizes(1, (100,), 2_000, (100,), 2_000, 2_000, 2_000, 200, 0.01, 500, 0.02, 200,
-                  0.02, 100, 0.02, 0.05, 2_000, 500, 100, 0.05),
+                  0.02, 100, 0.02, 0.05, 2_000, 500, 100, 0.05, 500),
 }  # fmt: skip
 
 
@@ -97,9 +110,11 @@ class Results:
         return statistics.median(values) if values else None
 
 
-def _uvloop_available() -> bool:
+def _installed(loop: str) -> bool:
+    if loop == "asyncio":
+        return True
     try:
-        import uvloop  # noqa: F401
+        __import__(loop)
     except ImportError:
         return False
     return True
@@ -172,11 +187,12 @@ def main(argv: list[str]) -> int:
     if args.churn_pending:
         sizes = Sizes(sizes.repeats, args.churn_pending, *list(vars(sizes).values())[2:])
     contenders = list(args.contenders)
-    if not _uvloop_available():
-        skipped = [c for c in contenders if c.endswith("/uvloop")]
-        if skipped:
-            print(f"uvloop is not installed: skipping {', '.join(skipped)}", flush=True)
-        contenders = [c for c in contenders if not c.endswith("/uvloop")]
+    for loop in LOOPS:
+        if not _installed(loop):
+            skipped = [c for c in contenders if c.endswith(f"/{loop}")]
+            if skipped:
+                print(f"{loop} is not installed here: skipping {', '.join(skipped)}", flush=True)
+            contenders = [c for c in contenders if c not in skipped]
     if mode == "full" and 10_000_000 in sizes.churn_pending and not _memory_allows(10_000_000):
         print("not enough memory for churn at 10M pending: skipping that size", flush=True)
         sizes = Sizes(sizes.repeats, sizes.churn_pending[:-1], *list(vars(sizes).values())[2:])
@@ -185,8 +201,9 @@ def main(argv: list[str]) -> int:
     results = Results()
     env = environment()
     build = "compiled" if env["compiled"] else "pure-Python"
-    print(f"aiowheel {env['aiowheel']} ({build} build), Python {env['python']}, "
-          f"uvloop {env['uvloop']}", flush=True)  # fmt: skip
+    loops = ", ".join(f"{loop} {env[loop]}" for loop in LOOPS[1:] if env[loop])
+    print(f"aiowheel {env['aiowheel']} ({build} build), {env['implementation']} "
+          f"{env['python']} ({sys.executable}), {loops}", flush=True)  # fmt: skip
     print(f"aiowheel bench ({mode}): {sizes.repeats} repeats, contenders alternate in each",
           flush=True)  # fmt: skip
     for workload in args.workloads:
@@ -273,6 +290,10 @@ def _jobs(workload: str, s: Sizes) -> dict[str, Callable[[str], dict[str, float]
         return {f"pending={p:,}": core(p) for p in s.core_pending}
     if workload == "churn":
         return {f"pending={p:,}": churn(p) for p in s.churn_pending}
+    if workload == "schedule":
+        return {"call_later(30) + cancel, nothing pending": churn(0)}
+    if workload == "due":
+        return {f"{s.due_timers:,} due": simple("ms", lambda k: w.due(k, s.due_timers))}
     if workload == "near":
 
         def near(c: str) -> dict[str, float]:
@@ -333,7 +354,7 @@ def table(results: Results) -> list[dict[str, Any]]:
             metrics = sorted({m for values in by_contender.values() for m in values})
             for metric in metrics:
                 for contender, kind in (("API", "aiowheel"), ("loop mode", "loop-mode")):
-                    for loop in ("asyncio", "uvloop"):
+                    for loop in LOOPS:
                         ours = results.median(workload, param, f"{kind}/{loop}", metric)
                         base = results.median(workload, param, f"loop/{loop}", metric)
                         floor = results.median(workload, param, "floor", metric)
@@ -349,7 +370,7 @@ def table(results: Results) -> list[dict[str, Any]]:
     return rows
 
 
-_LOWER_IS_BETTER = ("wall_s", "bytes", "_ms", "early", "wakeups")
+_LOWER_IS_BETTER = ("wall_s", "bytes", "_ms", "early", "wakeups", "ms")
 
 
 def _ratio(metric: str, ours: float | None, base: float | None) -> float | None:
@@ -489,14 +510,14 @@ def judge(results: Results) -> list[dict[str, Any]]:
                        m("churn", small, f"loop-mode/{loop}", "ops_per_s"),
                        m("churn", small, f"loop/{loop}", "ops_per_s"), 0.95)  # fmt: skip
     for p in results.raw.get("near", {}):
-        for loop in ("asyncio", "uvloop"):
+        for loop in LOOPS:
             # Not a goal of the issue: the measured price of the split, shown as information.
             ours = m("near", p, f"loop-mode/{loop}", "ops_per_s")
             base = m("near", p, f"loop/{loop}", "ops_per_s")
             if ours is not None and base is not None:
                 goal(f"loop mode: near timers ({p}) on {loop}, kept on the heap", None,
                      f"{ours / base:.2f}x the base loop's")  # fmt: skip
-    for loop in ("asyncio", "uvloop"):
+    for loop in LOOPS:
         for p in results.raw.get("fanout", {}):
             ratio_goal(f"loop mode: asyncio.sleep fan-out wall time <= the base {loop} loop's",
                        m("fanout", p, f"loop-mode/{loop}", "wall_s"),
@@ -515,6 +536,59 @@ def judge(results: Results) -> list[dict[str, Any]]:
             wakes = m("idle", p, f"aiowheel/{loop}", "wakeups")
             if wakes is not None:
                 goal(f"idle on {loop}: 0 reaper wake-ups", wakes == 0, f"{wakes:g}")
+    goals += peer_goals(results)
+    return goals
+
+
+# The goals against the fastest peer (the issue's table): the best loop-mode base against the
+# fastest loop's own timers, each side the best of the bases measured in this run.
+PEER_GOALS = (
+    ("schedule", "call_later(30) + cancel, nothing pending", "ops_per_s", 1.2),
+    ("churn", "pending=1,000", "ops_per_s", 1.3),
+    ("churn", "pending=10,000", "ops_per_s", 1.5),
+    ("churn", "pending=100,000", "ops_per_s", 3.0),
+    ("timeout", "empty body", "ops_per_s", 1.25),
+    ("due", None, "ms", 1 / 1.5),
+    ("fanout", None, "wall_s", 0.9),
+)
+
+
+def _best(results: Results, workload: str, param: str, metric: str, names: tuple[str, ...],
+          lower: bool) -> tuple[float, str] | None:  # fmt: skip
+    found = [
+        (value, name)
+        for name in names
+        if (value := results.median(workload, param, name, metric)) is not None
+    ]
+    if not found:
+        return None
+    return min(found) if lower else max(found)
+
+
+def peer_goals(results: Results) -> list[dict[str, Any]]:
+    """Best loop mode vs the fastest peer loop, per workload (a ratio of two medians)."""
+    goals = []
+    for workload, wanted, metric, need in PEER_GOALS:
+        for param in results.raw.get(workload, {}):
+            if wanted is not None and param != wanted:
+                continue
+            lower = metric in ("ms", "wall_s")
+
+            ours = _best(results, workload, param, metric, LOOP_MODE, lower)
+            theirs = _best(results, workload, param, metric, PEERS, lower)
+            text = (
+                f"vs the fastest peer: {workload} ({param}) "
+                f"{'<=' if lower else '>='} {need:.2f}x"
+            )
+            if ours is None or theirs is None:
+                goals.append({"goal": text, "met": None, "measured": "not measured"})
+                continue
+            ratio = ours[0] / theirs[0]
+            goals.append({
+                "goal": text, "met": ratio <= need if lower else ratio >= need,
+                "measured": f"{ratio:.2f}x ({ours[1]} {_fmt(ours[0])} vs "
+                            f"{theirs[1]} {_fmt(theirs[0])})",
+            })  # fmt: skip
     return goals
 
 
@@ -532,12 +606,11 @@ def environment() -> dict[str, Any]:
         "compiled": aiowheel.COMPILED,
         "build": "compiled (mypyc)" if aiowheel.COMPILED else "pure-Python",
     }
-    try:
-        import uvloop
-
-        env["uvloop"] = uvloop.__version__
-    except ImportError:
-        env["uvloop"] = None
+    for loop in LOOPS[1:]:
+        try:
+            env[loop] = importlib.metadata.version(loop)
+        except importlib.metadata.PackageNotFoundError:
+            env[loop] = None
     return env
 
 

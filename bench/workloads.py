@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import random
 import time
 import tracemalloc
@@ -37,18 +38,21 @@ def run(contender: str, factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     """Run ``factory()`` to completion on a new loop for ``contender`` ("kind/loop")."""
     kind, _, loop_name = contender.partition("/")
     gc.collect()
-    base: type[asyncio.AbstractEventLoop] | None = None
-    if loop_name == "uvloop":
-        import uvloop
-
-        base = uvloop.Loop
+    base = base_class(loop_name)
     if kind == "loop-mode":
         return aiowheel.run(factory(), base=base)
-    if base is not None:
-        import uvloop
+    with asyncio.Runner(loop_factory=base) as runner:
+        return runner.run(factory())
 
-        return uvloop.run(factory())
-    return asyncio.run(factory())
+
+def base_class(loop_name: str) -> type[asyncio.AbstractEventLoop] | None:
+    """The event loop class named ``loop_name`` (None: asyncio's default)."""
+    if loop_name == "asyncio":
+        return None
+    module = importlib.import_module(loop_name)
+    probe = module.new_event_loop()  # uvloop.Loop, rloop's RLoop, zuvloop's EventLoop
+    probe.close()
+    return type(probe)
 
 
 async def _timer_for(kind: str) -> aiowheel.Timer | None:
@@ -177,6 +181,40 @@ async def fanout(kind: str, tasks: int, spread: float) -> float:
     if timer is not None:
         await timer.aclose()
     return elapsed
+
+
+# -- N timers already due ---------------------------------------------------------------------
+
+
+async def due(kind: str, timers: int) -> float:
+    """Milliseconds to run ``timers`` timers that are all due when the loop next looks.
+
+    They are filed 50 ms ahead (so loop mode puts them on its wheel), spread over 1 ms; the
+    loop is then blocked past their deadlines, and the clock runs from the end of that block
+    until the last one has run."""
+    loop = asyncio.get_running_loop()
+    timer = await _timer_for(kind)
+    call_at = timer.call_at if timer is not None else loop.call_at
+    done = loop.create_future()
+    remaining = [timers]
+
+    def fire() -> None:
+        remaining[0] -= 1
+        if not remaining[0]:
+            done.set_result(None)
+
+    deadline = loop.time() + 0.05
+    for i in range(timers):
+        call_at(deadline + (i % 1000) * 1e-6, fire)
+    gc.collect()
+    # The loop blocked on purpose: every timer comes due while it cannot run them.
+    time.sleep(max(0.0, deadline + 0.002 - loop.time()))  # noqa: ASYNC251
+    start = time.perf_counter()
+    await done
+    elapsed = time.perf_counter() - start
+    if timer is not None:
+        await timer.aclose()
+    return elapsed * 1e3
 
 
 # -- 5. fire storm ---------------------------------------------------------------------------------
