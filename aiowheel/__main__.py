@@ -10,7 +10,8 @@ interpreter (3.13's and 3.14's ``ps``/``pstree`` sub-commands included). It make
 ``asyncio.new_event_loop()``, and the only other hook is the event loop policy, which 3.14
 deprecates: this command rebinds ``asyncio.new_event_loop`` to a loop-mode factory in its own
 process, which is the REPL's and nothing else's, then runs asyncio's ``__main__``.
-``--base uvloop`` puts the loop on uvloop instead of asyncio's default loop.
+``--base uvloop`` (or ``rloop``, ``zuvloop``) puts the wheel on that loop instead of asyncio's
+default loop.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import runpy
 import sys
 
 import aiowheel
+from aiowheel.loops import BASES, base_class
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,16 +33,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--base",
-        choices=("asyncio", "uvloop"),
+        choices=tuple(BASES),
         default="asyncio",
         help="the event loop under the wheel (default: asyncio's default loop)",
     )
     args, rest = parser.parse_known_args(argv)
-    base: type[asyncio.AbstractEventLoop] | None = None
-    if args.base == "uvloop":
-        import uvloop
-
-        base = uvloop.Loop
+    try:
+        base = base_class(args.base)
+    except ImportError as exc:
+        parser.error(str(exc))
     setattr(asyncio, "new_event_loop", aiowheel.loop_factory(base))  # noqa: B010
     sys.argv = ["python -m asyncio", *rest]
     runpy.run_module("asyncio", run_name="__main__", alter_sys=True)

@@ -48,9 +48,10 @@ callback of its own so that slow callbacks are reported as the loop reports its 
 Never early, for every timer of the loop: a wheel timer runs only once the loop's clock has
 reached its exact deadline (see :mod:`aiowheel._timer`). A timer nearer than ``threshold``
 stays on the base loop's heap, and where that heap would run it early by the loop's own clock
-(uvloop's whole milliseconds) it is filed one millisecond later (:func:`_near_pad`): a bounded
-lateness for near timers on such a base, in exchange for the guarantee. asyncio's, rloop's and
-zuvloop's heaps are exact and get their deadlines unchanged.
+it is filed that much later (:func:`_near_pad`: 1 ms on uvloop, whose heap works in whole
+milliseconds, 1 us on rloop and zuvloop, nothing on asyncio's): a bounded lateness for near
+timers on such a base, in exchange for the guarantee. A deadline already passed is filed as
+given, and so is the loop's wake-up for its wheel, which re-checks every deadline itself.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ from typing import Any, Final, TypeVar
 from ._timer import Timer
 from ._types import seconds
 
-__all__ = ["DEFAULT_THRESHOLD", "loop_factory", "new_event_loop", "run"]
+__all__ = ["DEFAULT_THRESHOLD", "LoopFactory", "loop_factory", "new_event_loop", "run"]
 
 _T = TypeVar("_T")
 
@@ -163,13 +164,17 @@ def _install(loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
     def wake_at(when: float, callback: Callable[[], None]) -> Any:
         # The Timer's own wake-up handle, on the loop's heap whatever the deadline: with the
         # threshold at inf for the call, a base call_at that goes through self.call_later
-        # (uvloop's does) cannot route it back into the wheel.
-        near = timer._near
+        # (uvloop's does) cannot route it back into the wheel. Nor is it padded: the wheel
+        # re-checks each deadline when it runs, so a wake-up a little early costs a re-file,
+        # while a padded one would make every wheel timer on such a base later.
+        near, pad = timer._near, timer._near_pad
         timer._near = inf
+        timer._near_pad = 0.0
         try:
             return base_call_at(loop, when, callback)
         finally:
             timer._near = near
+            timer._near_pad = pad
 
     def slow_call_at(when: object, callback: object, *args: object, context: object = None) -> Any:
         if isinstance(when, float):
@@ -227,25 +232,26 @@ def _install(loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
     loop.call_later = timer._loop_call_later
 
 
-# Base loops whose own timers were measured never to run before their deadline by the loop's
-# clock (20,000 timers 0-9 ms ahead, bench/workloads.py's near_early): asyncio's heap runs a
-# handle at most its clock's resolution (1 ns on Linux) early; rloop's and zuvloop's compare
-# their own clock. uvloop's turns a deadline into a delay in whole milliseconds rounded to
-# the nearest, and ran half of them early.
-_EXACT_BASES: Final = ("rloop", "zuvloop")
-_MILLISECOND: Final = 0.001
+# How late a near timer is filed on each base's heap so that it never runs before its deadline
+# by the loop's own clock. Measured with 20,000 timers 0-9 ms ahead, half call_at and half
+# call_later (tests/test_loop.py's test_never_early_near_the_loops_heap_either):
+# - asyncio: none early. Its heap runs a handle at most its clock's resolution (1 ns on Linux)
+#   before the deadline, and the callback's own loop.time() is always later than that.
+# - uvloop: about half early, by up to 0.5 ms: it turns a deadline into a delay in whole
+#   milliseconds, rounded to the nearest. One millisecond covers it.
+# - rloop: a few in 20,000 early, by under 0.4 us (a microsecond clock). One microsecond.
+# - zuvloop: none early in 100,000; its timer code is native and not checked here, so it
+#   gets rloop's microsecond, which costs nothing anyone can see.
+# A base not measured here gets the millisecond: libuv's granularity, the safe guess.
+_PADS: Final = {"rloop": 1e-6, "zuvloop": 1e-6, "uvloop": 1e-3}
+_UNMEASURED_PAD: Final = 1e-3
 
 
 def _near_pad(base: type[asyncio.AbstractEventLoop]) -> float:
-    """How much later than asked a near timer goes on ``base``'s heap, so that it never runs
-    before its deadline by the loop's clock: nothing where the loop is exact, else one
-    millisecond (uvloop's granularity, and libuv's: a guess on the safe side for a loop not
-    measured here). The price is that much lateness for near timers on such loops only."""
+    """How much later than asked a near timer goes on ``base``'s heap (see ``_PADS``)."""
     if issubclass(base, asyncio.BaseEventLoop):
         return 0.0
-    if base.__module__.partition(".")[0] in _EXACT_BASES:
-        return 0.0
-    return _MILLISECOND
+    return _PADS.get(base.__module__.partition(".")[0], _UNMEASURED_PAD)
 
 
 def _debug_checks_for(loop: Any, base: type[Any]) -> Callable[[object, str], None]:
@@ -315,8 +321,8 @@ def loop_factory(
     *,
     tick: float = _DEFAULT_TICK,
     threshold: float = DEFAULT_THRESHOLD,
-) -> Callable[[], asyncio.AbstractEventLoop]:
-    """A zero-argument factory of loop-mode loops (see :func:`new_event_loop`).
+) -> LoopFactory:
+    """A zero-argument factory of loop-mode loops (see :func:`new_event_loop`); it pickles.
 
     For ``asyncio.run(main(), loop_factory=...)`` (3.12+), ``asyncio.Runner(loop_factory=...)``,
     anyio's ``loop_factory`` backend option and pytest-asyncio's loop factories.
@@ -326,14 +332,47 @@ def loop_factory(
     checked_base = _check_base(base)
     checked_threshold = _check_threshold(threshold)
     Timer(tick=tick)  # validates tick, with Timer's messages, before a class is made for it
-    cls = _loop_class(checked_base, float(tick), checked_threshold)
+    return LoopFactory(checked_base, float(tick), checked_threshold)
 
-    def factory() -> asyncio.AbstractEventLoop:
+
+class LoopFactory:
+    """A zero-argument callable that makes loop-mode loops (what :func:`loop_factory` returns).
+
+    It pickles (by its base class's import path), so it can cross into worker processes:
+    uvicorn's ``--workers`` and ``--reload`` pickle their configuration, loop factory included.
+    """
+
+    __slots__ = ("_cls", "base", "threshold", "tick")
+
+    def __init__(
+        self, base: type[asyncio.AbstractEventLoop], tick: float, threshold: float
+    ) -> None:
+        self.base: Final = base
+        self.tick: Final = tick
+        self.threshold: Final = threshold
+        self._cls: Final = _loop_class(base, tick, threshold)
+
+    def __call__(self) -> asyncio.AbstractEventLoop:
         """A new loop-mode event loop."""
-        loop: asyncio.AbstractEventLoop = cls()
+        loop: asyncio.AbstractEventLoop = self._cls()
         return loop
 
-    return factory
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LoopFactory, (self.base, self.tick, self.threshold))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LoopFactory):
+            return NotImplemented
+        return self._cls is other._cls
+
+    def __hash__(self) -> int:
+        return hash(self._cls)
+
+    def __repr__(self) -> str:
+        return (
+            f"aiowheel.loop_factory({self.base.__module__}.{self.base.__qualname__}, "
+            f"tick={self.tick!r}, threshold={self.threshold!r})"
+        )
 
 
 def run(

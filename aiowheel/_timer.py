@@ -537,7 +537,7 @@ class Timer:
                 return self._call(deadline, callback, args, context)
         elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
             pad = self._near_pad
-            if pad:
+            if pad and ahead > 0:  # a deadline already passed cannot be run early
                 when = deadline + pad
             return _hand_over(self._near_call_at, when, callback, args, context)
         return self._slow_call_at(when, callback, *args, context=context)
@@ -563,7 +563,7 @@ class Timer:
                 return self._call(self._clock() + seconds_ahead, callback, args, context)
         elif seconds_ahead == seconds_ahead:  # near, and not NaN: straight to the loop's heap
             pad = self._near_pad
-            if pad:
+            if pad and seconds_ahead > 0:
                 delay = seconds_ahead + pad
             return _hand_over(self._near_call_later, delay, callback, args, context)
         return self._slow_call_later(delay, callback, *args, context=context)

@@ -4,8 +4,8 @@
     python tests/cpython_conformance.py --loop uvloop --mode base test_tasks.SleepTests
 
 ``--mode wheel`` makes every new event loop a loop-mode loop, ``aiowheel.new_event_loop(base)``
-(``base``: asyncio's default loop or ``uvloop.Loop``); ``--mode base`` the base loop itself,
-the reference to compare with.
+(``base``: asyncio's default loop, uvloop's, rloop's or zuvloop's); ``--mode base`` the base
+loop itself, the reference to compare with.
 
 Loops are injected without replacing event loop policies (3.14 deprecates them, 3.16 removes
 them, and on 3.14 replacing ``asyncio.DefaultEventLoopPolicy`` no longer changes which loop is
@@ -42,12 +42,12 @@ def _counting_class(loop: str, mode: str, made: list[Any]) -> type[Any]:
     """The class every injected name makes: the loop-mode class of ``loop``, or the base."""
     from aiowheel._loop import _default_base, _loop_class
 
-    if loop == "uvloop":
-        import uvloop
-
-        base: type[Any] = uvloop.Loop
-    else:
-        base = _default_base()
+    if loop == "asyncio":
+        base: type[Any] = _default_base()
+    else:  # uvloop, rloop, zuvloop: the class of the loop the library's own factory makes
+        probe = importlib.import_module(loop).new_event_loop()
+        probe.close()
+        base = type(probe)
     made_from: type[Any] = _loop_class(base, 0.001, 0.01) if mode == "wheel" else base
 
     class Counted(made_from):  # type: ignore[misc, valid-type]
@@ -70,7 +70,7 @@ def _inject(cls: type[Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--loop", choices=["asyncio", "uvloop"], required=True)
+    parser.add_argument("--loop", choices=["asyncio", "uvloop", "rloop", "zuvloop"], required=True)
     parser.add_argument("--mode", choices=["base", "wheel"], required=True)
     parser.add_argument("tests", nargs="+", help="test_tasks, or test_tasks.Class.test_name")
     args = parser.parse_args()

@@ -33,6 +33,17 @@ def test_tiny_run_writes_every_workload_table_json_and_plot(
     rows = [r for r in document["medians"] if r["contender"] == "loop mode"]
     assert {r["workload"] for r in rows} >= {"churn", "timeout", "fanout", "storm", "memory"}
     assert any(g["goal"].startswith("loop mode:") for g in document["goals"])
+    # Every base installed here, as a peer and as a loop-mode base; never early on any.
+    installed = [loop for loop in suite.LOOPS if suite._installed(loop)]
+    for param in storm:
+        for loop in installed:
+            assert storm[param][f"loop-mode/{loop}"]["early"] == [0.0]
+    for workload in ("schedule", "due"):
+        (measured,) = document["raw"][workload].values()
+        assert {f"loop/{loop}" for loop in installed} <= set(measured)
+        assert {f"loop-mode/{loop}" for loop in installed} <= set(measured)
+    peers = [g for g in document["goals"] if g["goal"].startswith("vs the fastest peer")]
+    assert {g["goal"].split(":")[1].split()[0] for g in peers} >= {"schedule", "due", "timeout"}
 
 
 def test_selected_workloads_and_contenders_only(
@@ -63,10 +74,13 @@ def test_unknown_names_are_refused_with_the_valid_ones_listed(
 def test_missing_uvloop_skips_its_contenders_out_loud(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(suite, "_uvloop_available", lambda: False)
+    monkeypatch.setattr(suite, "_installed", lambda loop: loop == "asyncio")
     suite.main(["--tiny", "--workloads", "timeout", "--out", str(tmp_path)])
     out = capsys.readouterr().out
-    assert "uvloop is not installed: skipping aiowheel/uvloop, loop/uvloop, loop-mode/uvloop" in out
+    skipped = "uvloop is not installed here: skipping"
+    skipped += " aiowheel/uvloop, loop/uvloop, loop-mode/uvloop"
+    assert skipped in out
+    assert "rloop is not installed here: skipping loop/rloop, loop-mode/rloop" in out
     document = json.loads((tmp_path / "bench.json").read_text())
     assert set(document["raw"]["timeout"]["empty body"]) == {
         "aiowheel/asyncio",

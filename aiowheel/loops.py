@@ -1,0 +1,94 @@
+"""Zero-argument loop-mode loop factories, one per base loop, importable by name.
+
+Servers that take an event loop as an import path call it with no arguments:
+
+    uvicorn app:app --loop aiowheel.loops:uvloop --workers 4
+    uvicorn app:app --loop aiowheel.loops:auto
+
+Each function returns a new loop-mode loop (every ``call_at`` / ``call_later`` of the program
+on the loop's wheel, see :func:`aiowheel.new_event_loop`) over one base loop. Being plain
+module-level functions they pickle by name, so ``--workers`` and ``--reload`` carry them into
+worker processes. A base library that is not installed raises ImportError naming the pip extra
+that installs it; nothing else is changed.
+
+``auto`` picks the fastest base installed for timers, among those that keep asyncio's contract
+as tested here: zuvloop (3.14+), then uvloop, then asyncio's own loop. rloop is never picked
+by ``auto``: its base loop departs from asyncio's contract on its own (exception handlers
+called with one argument, no debug mode); ask for it by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+from typing import Final
+
+from ._loop import new_event_loop
+
+__all__ = ["BASES", "asyncio_loop", "auto", "base_class", "rloop", "uvloop", "zuvloop"]
+
+#: The base loops by name, each with the pip extra that installs it.
+BASES: Final = {"asyncio": None, "uvloop": "uvloop", "rloop": "rloop", "zuvloop": "zuvloop"}
+
+# auto's order of preference (see the module docstring).
+_AUTO: Final = ("zuvloop", "uvloop")
+
+_classes: dict[str, type[asyncio.AbstractEventLoop]] = {}
+
+
+def base_class(name: str) -> type[asyncio.AbstractEventLoop] | None:
+    """The event loop class of base ``name`` (None for asyncio's default loop).
+
+    ValueError for a name not in :data:`BASES`; ImportError, naming the pip extra, for a base
+    library that is not installed.
+    """
+    if not isinstance(name, str) or name not in BASES:
+        raise ValueError(f"unknown base loop {name!r}; known: {', '.join(BASES)}")
+    if name == "asyncio":
+        return None
+    found = _classes.get(name)
+    if found is not None:
+        return found
+    try:
+        module = importlib.import_module(name)
+    except ImportError as exc:
+        needs = " (on Python 3.14+)" if name == "zuvloop" else ""
+        raise ImportError(
+            f"aiowheel.loops.{name} needs {name}, which is not installed here: "
+            f"pip install 'aiowheel[{BASES[name]}]'{needs}"
+        ) from exc
+    # The class the library's own factory makes (uvloop.Loop, rloop's RLoop, zuvloop's
+    # EventLoop): asked of a probe, since not every library exports it under one name.
+    probe = module.new_event_loop()
+    probe.close()
+    _classes[name] = type(probe)
+    return type(probe)
+
+
+def asyncio_loop() -> asyncio.AbstractEventLoop:
+    """A loop-mode loop over asyncio's default loop (``aiowheel.loops:asyncio_loop``)."""
+    return new_event_loop(None)
+
+
+def uvloop() -> asyncio.AbstractEventLoop:
+    """A loop-mode loop over uvloop (``aiowheel.loops:uvloop``)."""
+    return new_event_loop(base_class("uvloop"))
+
+
+def rloop() -> asyncio.AbstractEventLoop:
+    """A loop-mode loop over rloop (``aiowheel.loops:rloop``)."""
+    return new_event_loop(base_class("rloop"))
+
+
+def zuvloop() -> asyncio.AbstractEventLoop:
+    """A loop-mode loop over zuvloop, Python 3.14+ (``aiowheel.loops:zuvloop``)."""
+    return new_event_loop(base_class("zuvloop"))
+
+
+def auto() -> asyncio.AbstractEventLoop:
+    """A loop-mode loop over the fastest base installed (``aiowheel.loops:auto``)."""
+    for name in _AUTO:
+        if importlib.util.find_spec(name) is not None:
+            return new_event_loop(base_class(name))
+    return new_event_loop(None)
