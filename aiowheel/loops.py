@@ -26,7 +26,16 @@ from typing import Final
 
 from ._loop import new_event_loop
 
-__all__ = ["BASES", "asyncio_loop", "auto", "base_class", "rloop", "uvloop", "zuvloop"]
+__all__ = [
+    "BASES",
+    "asyncio_loop",
+    "auto",
+    "auto_base",
+    "base_class",
+    "rloop",
+    "uvloop",
+    "zuvloop",
+]
 
 #: The base loops by name, each with the pip extra that installs it.
 BASES: Final = {"asyncio": None, "uvloop": "uvloop", "rloop": "rloop", "zuvloop": "zuvloop"}
@@ -86,9 +95,14 @@ def zuvloop() -> asyncio.AbstractEventLoop:
     return new_event_loop(base_class("zuvloop"))
 
 
-def auto() -> asyncio.AbstractEventLoop:
-    """A loop-mode loop over the fastest base installed (``aiowheel.loops:auto``)."""
+def auto_base() -> type[asyncio.AbstractEventLoop] | None:
+    """The base class :func:`auto` uses here (None: asyncio's default loop)."""
     for name in _AUTO:
         if importlib.util.find_spec(name) is not None:
-            return new_event_loop(base_class(name))
-    return new_event_loop(None)
+            return base_class(name)
+    return None
+
+
+def auto() -> asyncio.AbstractEventLoop:
+    """A loop-mode loop over the fastest base installed (``aiowheel.loops:auto``)."""
+    return new_event_loop(auto_base())

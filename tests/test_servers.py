@@ -1,0 +1,194 @@
+"""Real servers on loop mode, started from their own command lines as a user starts them.
+
+Each server runs ``examples/served.py`` in a subprocess on 127.0.0.1, bounded in time. A test
+proves, through the app's ``/stats`` route, that the worker's loop is a loop-mode loop and that
+the server's own keep-alive timer is on its wheel (seen from a second connection, the first
+connection's keep-alive timer is one more timer pending on the wheel); that a
+request past its ``asyncio.timeout`` gets its 504 on time and never early; and that the server
+shuts down cleanly on SIGTERM (no traceback, no warning, no "Task was destroyed").
+
+The servers come from the ``servers`` extra (``dev`` includes it); a server that is not
+installed fails its test with the pip command to run, rather than being skipped.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, dict[str, Any]]:
+    conn.request("GET", path)
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
+@contextmanager
+def served(command: list[str], port: int) -> Iterator[subprocess.Popen[str]]:
+    """Run ``command`` until it answers on ``port``; SIGTERM it at the end, and check how it
+    stopped."""
+    executable = BIN / command[0]
+    assert executable.exists(), f"{command[0]} is not installed: pip install -e '.[servers]'"
+    proc = subprocess.Popen(
+        [str(executable), *command[1:]],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "error::DeprecationWarning"},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, f"the server exited early:\n{proc.communicate()[0]}"
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not start within 60 s"
+                time.sleep(0.1)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            output = proc.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output = proc.communicate()[0]
+            pytest.fail(f"the server did not stop within 60 s of SIGTERM:\n{output}")
+    for bad in ("Traceback", "Task was destroyed", "Warning", "never awaited"):
+        assert bad not in output, output
+    proc.output = output  # type: ignore[attr-defined]
+
+
+def check_the_app_and_server_timers_are_on_the_wheel(port: int, loop_class: str) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        status, first = _get(conn, "/stats")
+        assert status == 200
+        assert first["loop_mode"], first
+        assert first["loop"] == loop_class
+        time.sleep(0.2)  # the keep-alive timer is armed once the first response is sent
+        # Seen from a second connection to the same worker, the first one's keep-alive timer
+        # is one more timer pending on the wheel (the servers' other timers are periodic and
+        # always pending: uvicorn's 0.1 s tick, gunicorn's 1 s notify).
+        for _ in range(20):  # uvicorn --workers 2: until the same worker answers
+            other = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                status, second = _get(other, "/stats")
+            finally:
+                other.close()
+            if second["pid"] == first["pid"]:
+                break
+        assert second["pid"] == first["pid"]
+        assert second["wheel"]["pending"] >= first["wheel"]["pending"] + 1, (first, second)
+
+        started = time.monotonic()
+        status, body = _get(conn, "/slow?sleep=10&timeout=0.3")
+        elapsed = time.monotonic() - started
+        assert status == 504
+        assert body["waited"] >= 0.3  # never early, by the worker's own clock
+        assert elapsed < 5  # on time (generous: a loaded 2-core machine)
+        status, body = _get(conn, "/slow?sleep=0.05&timeout=5")
+        assert status == 200
+        assert body["slept"] >= 0.05
+        status, after = _get(conn, "/stats")
+        assert after["pid"] == first["pid"]
+        # the app's sleeps and timeouts went to the wheel
+        assert after["wheel"]["fired"] + after["wheel"]["cancelled"] >= 3 + (
+            first["wheel"]["fired"] + first["wheel"]["cancelled"]
+        )
+    finally:
+        conn.close()
+
+
+def _auto_class() -> str:
+    import aiowheel.loops
+
+    loop = aiowheel.loops.auto()
+    loop.close()
+    return type(loop).__name__
+
+
+AUTO = _auto_class()  # what aiowheel.loops:auto makes here: zuvloop's on 3.14+, else uvloop's
+
+# Every factory of aiowheel.loops that uvicorn can take: the class of loop each makes.
+UVICORN_LOOPS = [
+    pytest.param("aiowheel.loops:asyncio_loop", "WheelUnixSelectorEventLoop", id="asyncio"),
+    pytest.param("aiowheel.loops:uvloop", "WheelLoop", id="uvloop"),
+    pytest.param("aiowheel.loops:auto", AUTO, id="auto"),
+]
+
+
+@pytest.mark.parametrize(("loop", "loop_class"), UVICORN_LOOPS)
+def test_uvicorn_with_two_workers_runs_on_loop_mode(loop: str, loop_class: str) -> None:
+    port = _free_port()
+    command = ["uvicorn", "examples.served:asgi_app", "--host", "127.0.0.1",
+               "--port", str(port), "--loop", loop, "--workers", "2"]  # fmt: skip
+    with served(command, port):
+        check_the_app_and_server_timers_are_on_the_wheel(port, loop_class)
+
+
+GUNICORN_WORKERS = [
+    pytest.param("UvicornWorker", "examples.served:asgi_app", AUTO, id="uvicorn-worker"),
+    pytest.param("AsgiWorker", "examples.served:asgi_app", AUTO, id="gunicorn-asgi"),
+    pytest.param(
+        "AiohttpWorker",
+        "examples.served:make_aiohttp_app",
+        "WheelUnixSelectorEventLoop",
+        id="aiohttp",
+    ),
+    pytest.param(
+        "AiohttpUVLoopWorker", "examples.served:make_aiohttp_app", "WheelLoop", id="aiohttp-uvloop"
+    ),
+]
+
+
+@pytest.mark.parametrize(("worker", "app", "loop_class"), GUNICORN_WORKERS)
+def test_gunicorn_workers_run_on_loop_mode(worker: str, app: str, loop_class: str) -> None:
+    port = _free_port()
+    command = ["gunicorn", app, "--bind", f"127.0.0.1:{port}", "--workers", "1",
+               "-k", f"aiowheel.gunicorn.{worker}", "--graceful-timeout", "5"]  # fmt: skip
+    with served(command, port):
+        check_the_app_and_server_timers_are_on_the_wheel(port, loop_class)
+
+
+@pytest.mark.parametrize(("base", "loop_class"), [
+    ("asyncio", "WheelUnixSelectorEventLoop"), ("uvloop", "WheelLoop")
+])  # fmt: skip
+def test_hypercorn_recipe_runs_on_loop_mode(base: str, loop_class: str) -> None:
+    port = _free_port()
+    command = ["python", "-m", "examples.run_hypercorn", "--bind", f"127.0.0.1:{port}",
+               "--base", base]  # fmt: skip
+    with served(command, port):
+        check_the_app_and_server_timers_are_on_the_wheel(port, loop_class)
+
+
+def test_an_unknown_gunicorn_worker_name_is_an_attribute_error() -> None:
+    import aiowheel.gunicorn
+
+    with pytest.raises(AttributeError, match="has no attribute 'TornadoWorker'"):
+        aiowheel.gunicorn.TornadoWorker  # noqa: B018
