@@ -1,0 +1,68 @@
+"""granian on loop mode: ``python -m aiowheel.granian`` in place of ``granian``.
+
+    python -m aiowheel.granian --interface asgi app:app --loop uvloop
+
+granian's ``--loop`` is a fixed list (asyncio, auto, rloop, uvloop, winloop); its public
+registry, ``granian.loops``, says how each is built. Importing this module registers a
+loop-mode builder under ``asyncio``, ``uvloop``, ``rloop`` and ``auto`` (aiowheel's ``auto``:
+zuvloop, else uvloop, else asyncio's loop), so that each of those choices makes a loop-mode loop
+of that base. The registration must happen in every worker process before granian builds its
+loop, which is before it imports the app: run as ``python -m aiowheel.granian``, this module is
+the workers' main module too (multiprocessing's spawn re-imports it; fork inherits it). Then
+everything else is granian's own command line, unchanged.
+
+Only the app's timers move to the wheel: granian serves HTTP in Rust, so its keep-alive and
+other connection timers are not asyncio timers at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from . import loops
+
+__all__ = ["register"]
+
+# granian's --loop name -> (the packages granian checks for it, aiowheel's factory)
+_CHOICES: dict[str, tuple[list[str], Callable[[], asyncio.AbstractEventLoop]]] = {
+    "asyncio": ([], loops.asyncio_loop),
+    "uvloop": (["uvloop"], loops.uvloop),
+    "rloop": (["rloop"], loops.rloop),
+    "auto": ([], loops.auto),
+}
+
+
+def _builder(factory: Callable[[], asyncio.AbstractEventLoop]) -> Callable[..., Any]:
+    def build(**_packages: Any) -> asyncio.AbstractEventLoop:
+        loop = factory()
+        asyncio.set_event_loop(loop)  # as granian's own builders do
+        return loop
+
+    return build
+
+
+def register() -> None:
+    """Register loop-mode builders for granian's ``--loop`` choices (idempotent).
+
+    ImportError, naming what to install, if granian is missing.
+    """
+    try:
+        import granian
+    except ImportError as exc:
+        raise ImportError(
+            "aiowheel.granian needs granian, which is not installed: pip install granian"
+        ) from exc
+    for name, (packages, factory) in _CHOICES.items():
+        granian.loops.register(name, packages=packages)(_builder(factory))
+
+
+register()
+
+if __name__ == "__main__":
+    from granian.cli import entrypoint
+
+    sys.argv[0] = "granian"
+    entrypoint()  # type: ignore[no-untyped-call]
