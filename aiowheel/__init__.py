@@ -62,4 +62,4 @@ __all__ = [
     "wait_for",
 ]
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"

@@ -251,7 +251,11 @@ def _near_pad(base: type[asyncio.AbstractEventLoop]) -> float:
     """How much later than asked a near timer goes on ``base``'s heap (see ``_PADS``)."""
     if issubclass(base, asyncio.BaseEventLoop):
         return 0.0
-    return _PADS.get(base.__module__.partition(".")[0], _UNMEASURED_PAD)
+    for klass in base.__mro__:  # a subclass of uvloop.Loop keeps uvloop's heap
+        pad = _PADS.get(klass.__module__.partition(".")[0])
+        if pad is not None:
+            return pad
+    return _UNMEASURED_PAD
 
 
 def _debug_checks_for(loop: Any, base: type[Any]) -> Callable[[object, str], None]:

@@ -538,7 +538,9 @@ class Timer:
         elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
             pad = self._near_pad
             if pad and ahead > 0:  # a deadline already passed cannot be run early
-                when = deadline + pad
+                # As the delay it is from now: uvloop's own call_at would turn it into one
+                # through self.call_later, which would pad it a second time.
+                return _hand_over(self._near_call_later, ahead + pad, callback, args, context)
             return _hand_over(self._near_call_at, when, callback, args, context)
         return self._slow_call_at(when, callback, *args, context=context)
 

@@ -643,7 +643,8 @@ def plot(results: Results, path: Path) -> bool:
     for contender in CONTENDERS:
         ys = [results.median("churn", p, contender, "ops_per_s") for p in params]
         if any(y is not None for y in ys):
-            left.plot(xs, [y or float("nan") for y in ys], marker="o", label=contender,
+            left.plot(xs, [y or float("nan") for y in ys], label=contender,
+                      marker="s" if contender.startswith("loop-mode") else "o",
                       linestyle="--" if contender == "floor" else "-")  # fmt: skip
     left.set_xscale("log")
     left.set_yscale("log")

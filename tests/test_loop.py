@@ -384,6 +384,42 @@ def test_never_early_near_the_loops_heap_either(base: Base) -> None:
     assert sorted(lateness)[len(lateness) // 2] < 0.05
 
 
+def test_a_near_deadline_is_padded_once(base: Base) -> None:
+    # What the base loop's own call_later receives for a near call_at / call_later: the delay
+    # plus the base's pad, once (uvloop's call_at goes through self.call_later: not twice).
+    if base is None:  # asyncio's heap is exact: the deadline goes on as given
+        loop = aiowheel.new_event_loop()
+        try:
+            when = loop.time() + 0.005
+            assert loop.call_at(when, lambda: None).when() == when
+        finally:
+            loop.close()
+        return
+    received: list[float] = []
+
+    class Recording(base):  # type: ignore[misc, valid-type]
+        def call_later(self, delay: Any, callback: Any, *args: Any, **kwargs: Any) -> Any:
+            received.append(delay)
+            return super().call_later(delay, callback, *args, **kwargs)
+
+    from aiowheel._loop import _near_pad
+
+    pad = _near_pad(Recording)
+    assert pad == _near_pad(base)  # a subclass keeps its base's heap, and pad
+    loop = aiowheel.new_event_loop(Recording)
+    try:
+        assert pad > 0
+        loop.call_later(0.005, lambda: None)
+        loop.call_at(loop.time() + 0.005, lambda: None)
+        loop.call_later(-1, lambda: None)  # already due: no pad
+        assert len(received) == 3, received
+        assert received[0] == pytest.approx(0.005 + pad, abs=1e-6)
+        assert received[1] == pytest.approx(0.005 + pad, abs=2e-4)
+        assert received[2] == -1
+    finally:
+        loop.close()
+
+
 # -- debug mode -------------------------------------------------------------------------------
 
 

@@ -46,7 +46,9 @@ def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, dict[str, An
 
 
 @contextmanager
-def served(command: list[str], port: int) -> Iterator[subprocess.Popen[str]]:
+def served(
+    command: list[str], port: int, **env: str
+) -> Iterator[subprocess.Popen[str]]:
     """Run ``command`` until it answers on ``port``; SIGTERM it at the end, and check how it
     stopped."""
     executable = BIN / command[0]
@@ -57,7 +59,7 @@ def served(command: list[str], port: int) -> Iterator[subprocess.Popen[str]]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONWARNINGS": "error::DeprecationWarning"},
+        env={**os.environ, "PYTHONWARNINGS": "error::DeprecationWarning", **env},
     )
     try:
         deadline = time.monotonic() + 60
@@ -208,3 +210,40 @@ def test_an_unknown_gunicorn_worker_name_is_an_attribute_error() -> None:
 
     with pytest.raises(AttributeError, match="has no attribute 'TornadoWorker'"):
         aiowheel.gunicorn.TornadoWorker  # noqa: B018
+
+
+def test_the_fastapi_example_on_loop_mode() -> None:
+    import asyncio
+
+    import aiohttp
+
+    port = _free_port()
+    command = ["uvicorn", "examples.fastapi_app:app", "--host", "127.0.0.1",
+               "--port", str(port), "--loop", "aiowheel.loops:auto"]  # fmt: skip
+    with served(command, port, REQUEST_TIMEOUT="0.3", HEARTBEAT_INTERVAL="0.2"):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            status, body = _get(conn, "/work?ms=0")
+            assert (status, body) == (200, {"slept_ms": 0.0})
+            status, body = _get(conn, "/work?ms=5000")
+            assert status == 504
+            assert body["waited"] >= 0.3  # by the loop's clock: never early
+            status, body = _get(conn, "/stats")
+            assert body["loop_mode"] and body["loop"] == AUTO
+        finally:
+            conn.close()
+
+        async def websocket() -> tuple[list[object], int | None]:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.ws_connect(f"ws://127.0.0.1:{port}/ws") as ws,
+            ):
+                seen: list[object] = []
+                async with asyncio.timeout(10):
+                    async for message in ws:  # heartbeats, then the close for our silence
+                        seen.append(message.json())
+                return seen, ws.close_code
+
+        seen, code = asyncio.run(websocket())
+        assert seen[:2] == [{"type": "heartbeat"}] * 2  # every 0.2 s, then closed at 0.6 s
+        assert code == 4000
