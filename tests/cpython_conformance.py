@@ -60,10 +60,13 @@ def _counting_class(loop: str, mode: str, made: list[Any]) -> type[Any]:
 
 
 def _inject(cls: type[Any]) -> None:
-    policies = sys.modules[
-        "asyncio.windows_events" if sys.platform == "win32" else "asyncio.unix_events"
-    ]
-    policies._DefaultEventLoopPolicy._loop_factory = cls  # type: ignore[attr-defined]
+    # The default policy's class by the one private name it has on 3.11 through 3.15 (its
+    # public alias is deprecated from 3.14).
+    if sys.platform == "win32":
+        policy = sys.modules["asyncio.windows_events"].DefaultEventLoopPolicy
+    else:
+        policy = sys.modules["asyncio.unix_events"]._UnixDefaultEventLoopPolicy
+    policy._loop_factory = cls
     if hasattr(asyncio, "EventLoop"):
         asyncio.EventLoop = cls  # type: ignore[misc]
 
