@@ -1,0 +1,61 @@
+"""Sphinx configuration of aiowheel's documentation site.
+
+Built with warnings as errors (``python -m sphinx -W -b html docs docs/_build/html``): a broken
+cross-reference or a public name without a docstring fails the build.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+# The pure-Python modules: their signatures and docstrings are what inspect can read (the
+# compiled build's are C functions); both builds have the same API.
+os.environ["AIOWHEEL_NO_EXTENSIONS"] = "1"
+
+import aiowheel  # noqa: E402
+
+project = "aiowheel"
+author = "aiowheel's developers"
+release = version = aiowheel.__version__
+copyright = "2026, aiowheel's developers"
+
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_parser"]
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "*.json"]
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence"]
+html_theme = "furo"
+html_title = f"aiowheel {release}"
+html_static_path = ["_static"]
+html_favicon = "_static/favicon.svg"
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": True}
+# Names the autodoc signatures mention that live outside this site (no network for
+# intersphinx here): shown as plain text, not as broken links.
+nitpicky = False
+suppress_warnings = ["myst.header"]  # the README-born pages start at level 2 in places
+
+
+def _require_docstrings(
+    app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
+    """Fail the strict build for a public name documented without a docstring."""
+    short = name.rsplit(".", 1)[-1]
+    documented_kinds = ("class", "function", "method", "module")
+    if not lines and not short.startswith("_") and what in documented_kinds:
+        from sphinx.util import logging
+
+        logging.getLogger(__name__).warning(f"public name without a docstring: {name}")
+
+
+def setup(app: Any) -> None:
+    """Connect the docstring check."""
+    app.connect("autodoc-process-docstring", _require_docstrings)
+autodoc_mock_imports = ["granian"]  # aiowheel.granian registers with it on import
