@@ -21,7 +21,6 @@ import asyncio
 import json
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,14 +30,10 @@ from typing import Any
 
 import aiohttp
 
+from .server_load import free_port, wait_ready
+
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE = 0.5
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _rss_mib(pid: int) -> float:
@@ -46,20 +41,6 @@ def _rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-async def _wait_ready(url: str, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    async with aiohttp.ClientSession() as client:
-        while time.monotonic() < deadline:
-            try:
-                async with client.get(f"{url}/stats") as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise RuntimeError(f"uvicorn at {url} did not come up in {seconds} s")
 
 
 async def _hold_idle(port: int, count: int) -> list[asyncio.StreamWriter]:
@@ -92,7 +73,7 @@ def _pick(rng: random.Random) -> float:
 async def drive(port: int, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """One round against a running server: idle connections, then the request load."""
     url = f"http://127.0.0.1:{port}"
-    await _wait_ready(url)
+    await wait_ready(url, 60.0, "/stats")
     idle = await _hold_idle(port, args.idle)
     rng = random.Random(seed)
     plan = [_pick(rng) for _ in range(args.requests)]
@@ -138,7 +119,7 @@ async def drive(port: int, args: argparse.Namespace, seed: int) -> dict[str, Any
 
 def run_one(contender: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     """Start uvicorn for ``contender`` ("stock" or "loop mode"), load it, stop it."""
-    port = _free_port()
+    port = free_port()
     loop = args.base if contender == "stock" else f"aiowheel.loops:{args.base}"
     command = [
         sys.executable, "-m", "uvicorn", "examples.fastapi_app:app", "--host", "127.0.0.1",

@@ -31,18 +31,19 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-async def _wait_ready(url: str, seconds: float = 30.0) -> None:
+async def wait_ready(url: str, seconds: float = 30.0, path: str = "/fast") -> None:
+    """Poll ``url + path`` until it answers 200 (RuntimeError after ``seconds``)."""
     deadline = time.monotonic() + seconds
     async with aiohttp.ClientSession() as client:
         while time.monotonic() < deadline:
             try:
-                async with client.get(f"{url}/fast") as response:
+                async with client.get(f"{url}{path}") as response:
                     if response.status == 200:
                         return
             except aiohttp.ClientError:
@@ -118,7 +119,7 @@ CONTENDERS = {
 
 
 def run_one(contender: str, args: argparse.Namespace) -> dict[str, Any]:
-    port = _free_port()
+    port = free_port()
     command = [
         sys.executable, str(ROOT / "examples" / "server.py"), "--host", "127.0.0.1",
         "--port", str(port), "--request-timeout", str(args.request_timeout),
@@ -127,7 +128,7 @@ def run_one(contender: str, args: argparse.Namespace) -> dict[str, Any]:
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        asyncio.run(_wait_ready(url))
+        asyncio.run(wait_ready(url))
         return asyncio.run(
             drive(url, args.requests, args.concurrency, args.slow_share,
                   overrun=args.request_timeout * 3)
