@@ -69,6 +69,15 @@ def _factory(config: pytest.Config, base: str | None = None) -> LoopFactory:
 def pytest_configure(config: pytest.Config) -> None:
     """Check the base now (a clear usage error), and put the anyio override in place."""
     _factory(config)
+    if config.pluginmanager.hasplugin("asyncio") and not hasattr(
+        config.hook, "pytest_asyncio_loop_factories"
+    ):
+        from importlib.metadata import version
+
+        raise pytest.UsageError(
+            "aiowheel.pytest needs pytest-asyncio 1.4 or newer, for its loop factories hook "
+            f"(installed: {version('pytest-asyncio')}): pip install -U 'pytest-asyncio>=1.4'"
+        )
     # Registered now, after the plugins pytest loads from entry points (anyio's among them),
     # so that this anyio_backend overrides anyio's default one.
     config.pluginmanager.register(_anyio_plugin(), "aiowheel-anyio")
@@ -79,6 +88,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"aiowheel: asyncio tests on loop mode, base {config.getoption('aiowheel_base')}"
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-asyncio may be absent: anyio suites need none
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, LoopFactory]:
