@@ -414,7 +414,8 @@ def test_a_near_deadline_is_padded_once(base: Base) -> None:
         loop.call_later(-1, lambda: None)  # already due: no pad
         assert len(received) == 3, received
         assert received[0] == pytest.approx(0.005 + pad, abs=1e-6)
-        assert received[1] == pytest.approx(0.005 + pad, abs=2e-4)
+        # (0.5 ms of slack for a preempted test; a second pad would add a whole one on uvloop)
+        assert received[1] == pytest.approx(0.005 + pad, abs=5e-4)
         assert received[2] == -1
     finally:
         loop.close()
