@@ -55,8 +55,14 @@ def register() -> None:
         raise ImportError(
             "aiowheel.granian needs granian, which is not installed: pip install granian"
         ) from exc
+    registry = getattr(granian, "loops", None)
+    if registry is None:
+        raise ImportError(
+            f"aiowheel.granian needs granian's loop registry (granian.loops), which granian "
+            f"{getattr(granian, '__version__', '?')} lacks: pip install -U 'granian>=2.8'"
+        )
     for name, (packages, factory) in _CHOICES.items():
-        granian.loops.register(name, packages=packages)(_builder(factory))
+        registry.register(name, packages=packages)(_builder(factory))
 
 
 register()
