@@ -110,9 +110,20 @@ def test_eager_tasks_sleep_and_time_out_on_the_wheel(base: Base) -> None:
         await task
         return steps, pending
 
-    steps, pending = run_on(base, True, main)
-    base_steps, _ = run_on(base, False, main)
-    assert steps == base_steps
+    def outcome(wheel: bool) -> tuple[object, ...]:
+        # uvloop with 3.13.0's eager_task_factory raises TypeError (uvloop passes eager_start,
+        # which that factory does not take): loop mode must then fail exactly as uvloop does.
+        try:
+            return ("ok", *run_on(base, wheel, main))
+        except Exception as exc:
+            return ("error", type(exc).__name__, str(exc))
+
+    on_wheel, on_base = outcome(True), outcome(False)
+    assert on_wheel[:2] == on_base[:2]
+    if on_wheel[0] == "error":
+        assert on_wheel == on_base
+        return
+    _, steps, pending = on_wheel
     if base is None:  # uvloop's create_task does not start tasks eagerly, with or without us
         assert steps == ["child started", "create_task returned", "timed out"]
         assert pending == 2  # the eager task's sleep and its timeout, both on the wheel
