@@ -8,7 +8,8 @@ the heartbeat is ``asyncio.sleep`` / ``asyncio.timeout`` in the websocket handle
 loop-mode loop those timers, and uvicorn's own (keep-alive, its 0.1 s tick), are on the wheel.
 
 - ``GET /work?ms=N``: sleeps N ms; past ``REQUEST_TIMEOUT`` (env ``REQUEST_TIMEOUT``, default
-  0.5 s) the middleware answers ``504 {"error": "gateway timeout", "waited": seconds}``;
+  0.5 s) the middleware answers ``504 {"error": "gateway timeout", "waited": seconds,
+  "early": false}`` (``early``: the loop's clock had not reached the deadline; never true);
 - ``GET /stats``: the worker's loop and its wheel's ``stats()`` (examples/served.py);
 - ``WS /ws``: the server sends ``{"type": "heartbeat"}`` every ``HEARTBEAT_INTERVAL`` s (env,
   default 1.0) and closes with code 4000 a client that sends nothing for three intervals.
@@ -42,11 +43,12 @@ async def request_deadline(
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
-        async with asyncio.timeout(REQUEST_TIMEOUT):
+        async with asyncio.timeout(REQUEST_TIMEOUT) as cm:
             return await call_next(request)
     except TimeoutError:
-        waited = loop.time() - started
-        return JSONResponse({"error": "gateway timeout", "waited": waited}, status_code=504)
+        now = loop.time()
+        body = {"error": "gateway timeout", "waited": now - started, "early": now < cm.when()}
+        return JSONResponse(body, status_code=504)
 
 
 @app.get("/work")

@@ -13,7 +13,8 @@ Routes:
 - ``GET /stats``: JSON with the worker's pid, its loop's class, whether the loop is a
   loop-mode loop, and its wheel's ``stats()``;
 - ``GET /slow?sleep=S&timeout=T``: sleeps S seconds under ``asyncio.timeout(T)``; past T it
-  answers ``504`` with the seconds it waited, which is never less than T.
+  answers ``504`` with the seconds it waited and ``early``: whether the loop's clock had not
+  yet reached the deadline (never true).
 """
 
 from __future__ import annotations
@@ -47,11 +48,15 @@ async def slow(sleep: float, deadline: float) -> tuple[int, dict[str, Any]]:
     loop = asyncio.get_running_loop()
     started = loop.time()
     try:
-        async with asyncio.timeout(deadline):
+        async with asyncio.timeout(deadline) as cm:
             await asyncio.sleep(sleep)
     except TimeoutError:
-        return 504, {"error": "gateway timeout", "waited": loop.time() - started}
-    return 200, {"slept": loop.time() - started}
+        now = loop.time()
+        # "early" compares the clock with the deadline itself: the difference of two clock
+        # readings can read a float rounding below ``deadline`` when nothing was early.
+        return 504, {"error": "gateway timeout", "waited": now - started, "early": now < cm.when()}
+    now = loop.time()
+    return 200, {"slept": now - started, "early": now < started + sleep}
 
 
 async def _route(path: str, query: str) -> tuple[int, dict[str, Any]]:
