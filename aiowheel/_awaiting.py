@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._errors import chained
 
 if TYPE_CHECKING:
+    from ._engine import Engine
     from ._handles import TimerHandle
     from ._periodic import Interval
     from ._timer import Timer
@@ -60,7 +61,7 @@ async def exit(timer: Timer) -> None:
     await aclose(timer)
 
 
-async def reap(timer: Timer) -> None:
+async def reap(timer: Engine) -> None:
     """The reaper task: sleep until the earliest bucket is due, let the timer process it."""
     while True:
         await timer._reaper_waiter()

@@ -33,7 +33,16 @@ else:
         return lambda cls: cls
 
 #: The modules the compiled build compiles (setup.py's list, by module name).
-COMPILED_MODULES = ("_types", "_wheel", "_handles", "_timer", "_timeout", "_periodic")
+COMPILED_MODULES = (
+    "_types",
+    "_wheel",
+    "_handles",
+    "_engine",
+    "_loopcalls",
+    "_timer",
+    "_timeout",
+    "_periodic",
+)
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):

@@ -42,12 +42,11 @@ _timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Timer] = weakref.W
 
 
 class _Last:
-    """The most recently used (loop, timer) pair; the loop held weakly."""
+    """The most recently used timer (a closed timer has let go of its loop)."""
 
-    __slots__ = ("loop", "timer")
+    __slots__ = ("timer",)
 
     def __init__(self) -> None:
-        self.loop: weakref.ReferenceType[asyncio.AbstractEventLoop] | None = None
         self.timer: Timer | None = None
 
 
@@ -60,11 +59,10 @@ def get_timer() -> Timer:
     On a loop-mode loop (:func:`aiowheel.new_event_loop`) this is the loop's own Timer, the
     wheel its ``call_at`` / ``call_later`` use. Raises RuntimeError outside a running loop.
     """
-    loop = _get_running_loop()
-    ref = _last.loop
     timer = _last.timer
-    if ref is not None and ref() is loop and timer is not None and not timer._closed:
+    if timer is not None and timer._on_loop():  # this thread runs its loop, and it is open
         return timer
+    loop = _get_running_loop()
     if loop is None:
         raise RuntimeError("aiowheel.get_timer() needs a running event loop")
     timer = _timers.get(loop)
@@ -74,7 +72,6 @@ def get_timer() -> Timer:
         timer = Timer()
         timer._check_loop()  # bind now, in this loop
         _timers[loop] = timer
-    _last.loop = weakref.ref(loop)
     _last.timer = timer
     return timer
 

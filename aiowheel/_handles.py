@@ -22,7 +22,7 @@ from . import _awaiting
 from ._wheel import Entry, Wheel
 
 if TYPE_CHECKING:
-    from ._timer import Timer
+    from ._engine import Engine
 
 __all__ = ["TimerHandle"]
 
@@ -47,7 +47,7 @@ class _Timed(Entry):
 
     _when: float
 
-    def _fire(self, timer: Timer) -> None:
+    def _fire(self, timer: Engine) -> None:
         """The deadline has passed (by the loop's clock): do what this timer is for."""
         raise NotImplementedError
 
@@ -56,7 +56,7 @@ class _Timed(Entry):
         raise NotImplementedError
 
     def _run(self) -> None:
-        """Run a callback ``_fire`` queued in ``timer._ready`` (see Timer._run_ready)."""
+        """Run a callback ``_fire`` queued in ``timer._ready`` (see Engine's _run_ready)."""
         raise NotImplementedError
 
 
@@ -128,8 +128,8 @@ class TimerHandle(_Timed):
         callback = "" if self._callback is None else f" {_callback_repr(self._callback)}"
         return f"<TimerHandle when={self._when!r}{callback} {state}>"
 
-    def _fire(self, timer: Timer) -> None:
-        # Queued for Timer._run_ready, which runs in a loop callback, not inside the reaper
+    def _fire(self, timer: Engine) -> None:
+        # Queued for Engine's _run_ready, which runs in a loop callback, not inside the reaper
         # task: the callback runs exactly as a loop.call_at callback does (no current task,
         # the loop's exception handler, KeyboardInterrupt leaves the loop) and nothing it
         # does can hurt the reaper. One loop callback per batch, not one per timer.
@@ -182,7 +182,7 @@ class Sleeper(_Timed):
         self._future = future
         self._result = result
 
-    def _fire(self, timer: Timer) -> None:
+    def _fire(self, timer: Engine) -> None:
         future = self._future
         if not future.done():
             future.set_result(self._result)
@@ -234,7 +234,7 @@ class Scheduled(_Timed):
         self._wheel = wheel
         future.add_done_callback(self._on_future_done)
 
-    def _fire(self, timer: Timer) -> None:
+    def _fire(self, timer: Engine) -> None:
         target = self._target
         self._target = None
         if target is None or self._future.done():

@@ -10,11 +10,11 @@ Shape. :func:`new_event_loop` makes an instance of a subclass of the base loop c
 default loop, or ``uvloop.Loop``); the rest of the loop is the base's, untouched. The subclass
 is a plain Python class (mypyc cannot subclass a class chosen at run time) and carries the
 loop's :class:`~aiowheel.Timer`. ``call_at`` and ``call_later`` are bound as *instance*
-attributes to the Timer's compiled ``_loop_call_at`` / ``_loop_call_later``: an overriding
-method written in Python would add a Python frame (~0.1 us, a sixth of a timer's whole cost)
-to every call, while an instance attribute is found first by every caller, the base loop's
-own code included (asyncio's ``call_later`` calls ``self.call_at``; uvloop's ``call_at``
-calls ``self.call_later``).
+attributes to the compiled methods of a :class:`~aiowheel._loopcalls.LoopCalls` in front of
+the Timer's engine: an overriding method written in Python would add a Python frame (~0.1 us,
+a sixth of a timer's whole cost) to every call, while an instance attribute is found first
+by every caller, the base loop's own code included (asyncio's ``call_later`` calls
+``self.call_at``; uvloop's ``call_at`` calls ``self.call_later``).
 
 Placement (Linux's split: hrtimers for precise timers, the wheel for timeouts). A float deadline
 at least ``threshold`` seconds ahead (an int delay too) with a callable goes to the wheel; the
@@ -26,7 +26,7 @@ a number (asyncio files a str, and its loop fails later) raises TypeError.
 
 The reaper. In loop mode it is not a task. The Timer's wake-up handle, on the loop's own heap
 and filed through the base class (so it cannot land in its own wheel), has the reaper as its
-callback (``Timer._drive``): it advances the wheel, re-arms itself, and runs the due callbacks
+callback (``Engine._drive``): it advances the wheel, re-arms itself, and runs the due callbacks
 inline, in the iteration that found them due, as the loop does with its own timer handles.
 A task would be wrong in four ways: it is visible in ``asyncio.all_tasks()``; ``asyncio.run``
 cancels it at exit *before* the program's own tasks finish their cleanup (whose timers would
@@ -46,7 +46,7 @@ callback of its own so that slow callbacks are reported as the loop reports its 
 (:mod:`aiowheel._debug`).
 
 Never early, for every timer of the loop: a wheel timer runs only once the loop's clock has
-reached its exact deadline (see :mod:`aiowheel._timer`). A timer nearer than ``threshold``
+reached its exact deadline (see :mod:`aiowheel._engine`). A timer nearer than ``threshold``
 stays on the base loop's heap, and where that heap would run it early by the loop's own clock
 it is filed that much later (:func:`_near_pad`: 1 ms on uvloop, whose heap works in whole
 milliseconds, 1 us on rloop and zuvloop, nothing on asyncio's): a bounded lateness for near
@@ -66,6 +66,7 @@ from decimal import Decimal
 from math import inf
 from typing import Any, Final, TypeVar
 
+from ._loopcalls import LoopCalls
 from ._timer import Timer
 from ._types import seconds
 
@@ -129,6 +130,7 @@ class _LoopMode:
     _aiowheel_tick: float
     _aiowheel_threshold: float
     _aiowheel_timer: Timer
+    _aiowheel_calls: LoopCalls
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -162,19 +164,16 @@ def _install(loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
     )
 
     def wake_at(when: float, callback: Callable[[], None]) -> Any:
-        # The Timer's own wake-up handle, on the loop's heap whatever the deadline: with the
-        # threshold at inf for the call, a base call_at that goes through self.call_later
-        # (uvloop's does) cannot route it back into the wheel. Nor is it padded: the wheel
-        # re-checks each deadline when it runs, so a wake-up a little early costs a re-file,
-        # while a padded one would make every wheel timer on such a base later.
-        near, pad = timer._near, timer._near_pad
-        timer._near = inf
-        timer._near_pad = 0.0
+        # The engine's own wake-up handle, on the loop's heap whatever the deadline: with
+        # every call bypassing the wheel meanwhile, a base call_at that goes through
+        # self.call_later (uvloop's does) cannot route it back into the wheel. Nor is it
+        # padded: the wheel re-checks each deadline when it runs, so a wake-up a little early
+        # costs a re-file, while a padded one would make every wheel timer on such a base later.
+        saved = calls.bypass()
         try:
             return base_call_at(loop, when, callback)
         finally:
-            timer._near = near
-            timer._near_pad = pad
+            calls.restore(saved)
 
     def slow_call_at(when: object, callback: object, *args: object, context: object = None) -> Any:
         if isinstance(when, float):
@@ -215,11 +214,11 @@ def _install(loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
         near_call_later: Callable[..., Any] = asyncio_near_call_later
     else:
         near_call_later = base_call_later.__get__(loop, cls)
-    timer._attach_loop(
-        loop,
+    timer._drive_loop(loop, wake_at)
+    calls = LoopCalls(
+        timer,
         cls._aiowheel_threshold,
         _near_pad(base),
-        wake_at,
         slow_call_at,
         slow_call_later,
         near_call_at,
@@ -227,9 +226,10 @@ def _install(loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
         _debug_checks_for(loop, base),
     )
     loop._aiowheel_timer = timer
-    loop._aiowheel_wake_at = wake_at  # for any other Timer bound to this loop (Timer._adopt)
-    loop.call_at = timer._loop_call_at
-    loop.call_later = timer._loop_call_later
+    loop._aiowheel_calls = calls
+    loop._aiowheel_wake_at = wake_at  # for any other Timer bound to this loop (Engine._adopt)
+    loop.call_at = calls.call_at
+    loop.call_later = calls.call_later
 
 
 # How late a near timer is filed on each base's heap so that it never runs before its deadline

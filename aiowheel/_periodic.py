@@ -31,6 +31,7 @@ from . import _awaiting
 from ._handles import _Timed
 
 if TYPE_CHECKING:
+    from ._engine import Engine
     from ._timer import Timer
 
 __all__ = ["MISSED_TICK_POLICIES", "Interval", "PeriodicHandle", "Watchdog"]
@@ -130,7 +131,7 @@ class _Runner(_Timed):
         task = self._task
         return task is not None and not task.done()
 
-    def _start_run(self, timer: Timer) -> None:
+    def _start_run(self, timer: Engine) -> None:
         # Each run gets its own copy of the captured context, as separate loop callbacks do.
         # A sync callback joins the timer's batch of due callbacks (one loop callback runs
         # them all); an async one starts as a task at once.
@@ -139,7 +140,7 @@ class _Runner(_Timed):
             try:
                 coro = context.run(self._callback, *self._args)
             except Exception as exc:  # e.g. wrong arguments: a failed run, not a dead timer
-                self._report(timer._running_loop(), exc)
+                self._report(asyncio.get_running_loop(), exc)
                 return
             task = timer._loop_create_task(coro, context)
             task.add_done_callback(self._on_run_done)
@@ -246,7 +247,7 @@ class PeriodicHandle(_Runner):
     def _active(self) -> bool:
         return not self._cancelled
 
-    def _fire(self, timer: Timer) -> None:
+    def _fire(self, timer: Engine) -> None:
         if self._running():
             self._schedule.skipped += 1  # the previous async run is still going
         else:
@@ -301,7 +302,7 @@ class Watchdog(_Runner):
             return False
         # Only the exact deadline moves: the entry keeps its bucket and wheel tick, and the
         # reaper re-files it from `_when` when that bucket comes due (the lazy re-file). The
-        # only check this needs is the thread (see Timer._thread_id): this runs on every message.
+        # only check this needs is the thread (see Engine._thread_id): this runs on every message.
         # (A closed timer has unlinked every entry, so it was answered above.)
         timer = self._timer
         if _get_ident() != timer._thread_id:
@@ -338,7 +339,7 @@ class Watchdog(_Runner):
         self._state = "expired"
         super()._run()
 
-    def _fire(self, timer: Timer) -> None:
+    def _fire(self, timer: Engine) -> None:
         # A sync on_expire waits in the timer's batch ("firing": cancel() can still stop it,
         # as TimerHandle.cancel() can); an async one starts as a task at once.
         self._state = "expired" if self._is_async else "firing"

@@ -22,16 +22,16 @@ import asyncio
 import enum
 import sys
 import threading
-from math import ceil
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, TypeVar, final
 
 from ._handles import _Timed
 
 if TYPE_CHECKING:
+    from ._engine import Engine
     from ._timer import Timer
 
-from ._errors import PendingLimitError, chained
+from ._errors import chained
 from ._types import Seconds, seconds
 
 __all__ = ["Timeout"]
@@ -141,7 +141,7 @@ class Timeout(_Timed):
             self._deadline = self._when = when
             return
         loop = timer._loop
-        if _get_running_loop() is not loop or loop is None:
+        if loop is None or not timer._on_loop():
             loop = timer._check_loop()
         tick = 0 if when is None else timer._tick_for(when)  # NaN changes nothing either
         self._deadline = when
@@ -177,7 +177,10 @@ class Timeout(_Timed):
         """Arm the timeout around the block."""
         if self._state is not _CREATED:
             raise RuntimeError("Timeout has already been entered")
-        loop = _get_running_loop()
+        timer = self._timer
+        loop = timer._loop
+        if loop is None or not timer._on_loop():
+            loop = _get_running_loop()
         task = None if loop is None else _current_task(loop)
         if task is None:
             raise RuntimeError("Timeout should be used inside a task")
@@ -186,25 +189,12 @@ class Timeout(_Timed):
             # reschedule(when), minus the checks the constructor already made: the common
             # case of a future deadline is one wheel insert. Filed before the state changes,
             # so that a refusal (max_pending) leaves the timeout not entered.
-            timer = self._timer
             if loop is None or loop is not timer._loop:
                 loop = timer._check_loop()
             if when <= timer._clock():
                 self._soon = loop.call_soon(self._on_timeout)
             else:
-                # Timer._file, inlined (the constructor validated `when`).
-                wheel = timer._wheel
-                if wheel._count >= timer._limit:
-                    raise PendingLimitError(
-                        f"max_pending={timer._limit} timers are already pending"
-                    )
-                self._when = when
-                try:
-                    tick = ceil((when - timer._epoch) * timer._inverse_tick)
-                except OverflowError:
-                    tick = timer._tick_for(when)  # +-inf
-                if wheel.insert(self, tick) < timer._armed:
-                    timer._arm()
+                timer._file(self, when)
         self._state = _ENTERED
         self._task = task
         self._cancelling = task.cancelling()
@@ -256,7 +246,7 @@ class Timeout(_Timed):
         self._state = _EXPIRING
         self._soon = None
 
-    def _fire(self, timer: Timer) -> None:
+    def _fire(self, timer: Engine) -> None:
         self._on_timeout()
 
     def _abandon(self, exc: BaseException | None) -> None:

@@ -87,11 +87,20 @@ from typing import Final
 from ._build import mypyc_attr
 from ._types import Count
 
-__all__ = ["NEVER", "Entry", "Wheel"]
+__all__ = ["NEVER", "UNQUEUED", "Entry", "Wheel"]
 
 #: A deadline tick at or beyond this is "never": held outside the buckets, never due.
 #: ``2**1024`` exceeds the ceiling of every finite float, so no finite clock reading maps to it.
 NEVER: Final[int] = 1 << 1024
+
+#: What :meth:`Wheel.add` (and ``insert``, ``move``) return when the call queued no bucket. A
+#: driver re-arms its wake-up when the returned tick is earlier than the one it is armed for,
+#: so this must be at least any armed tick that matters: it is the largest int the compiled
+#: build holds unboxed (a tagged int), which keeps that comparison, made for nearly every timer
+#: filed, a machine compare (NEVER is a boxed int: ~20 ns through PyObject_RichCompare). A
+#: driver armed beyond it (only by deadlines 2**62 ticks away) re-arms once more than it must,
+#: which is harmless.
+UNQUEUED: Final[int] = (1 << 62) - 1
 
 # Levels are added until the wheel spans at least 2**_SPAN_BITS ticks. Fewer levels would make a
 # deadline of 2**62 ticks ring around the top level 2**26 times; each level costs `slots` buckets.
@@ -253,7 +262,7 @@ class Wheel:
         """File ``entry`` to become due at ``tick``.
 
         Returns the expiration tick of the bucket if this call queued it (the driver must make
-        sure it wakes by then), else NEVER. A tick at or before ``elapsed`` is due at the next
+        sure it wakes by then), else UNQUEUED. A tick at or before ``elapsed`` is due at the next
         :meth:`advance`. Raises TypeError if ``tick`` is not an int, ValueError if the entry is
         already in a wheel.
         """
@@ -290,7 +299,7 @@ class Wheel:
             raise ValueError("entry is not pending")
         if tick >= entry._tick:
             entry._tick = tick
-            return NEVER
+            return UNQUEUED
         self.remove(entry)
         self._removed -= 1  # a move, not a cancellation
         return self.insert(entry, tick)
@@ -351,7 +360,7 @@ class Wheel:
             self._queued[index] = expiration
             heappush(self._heap, (expiration << self._key_bits) | index)
             return expiration
-        return NEVER
+        return UNQUEUED
 
     def _insert_far(self, entry: Entry, tick: int) -> int:
         """Insert an entry beyond the top level's current rotation (see "Far deadlines")."""
@@ -381,7 +390,7 @@ class Wheel:
             self._queued[index] = expiration
             heappush(self._heap, (expiration << self._key_bits) | index)
             return expiration
-        return NEVER
+        return UNQUEUED
 
     # -- time ----------------------------------------------------------------------------------
 

@@ -65,6 +65,20 @@ BAD_INPUT_PROBES = [
     "arun(lambda t: t.wait_for(asyncio.sleep(0), '1'))",
     "arun(reschedule_to('later'))",
     "arun(reschedule_to(nan))",
+    # loop mode's call_at / call_later (aiowheel._loopcalls), in front of the engine
+    "lrun(lambda l: l.call_later('5', print))",
+    "lrun(lambda l: l.call_later(None, print))",
+    "lrun(lambda l: l.call_later(nan, print))",
+    "lrun(lambda l: l.call_at('5', print))",
+    "lrun(lambda l: l.call_at(b'5', print))",
+    "lrun(lambda l: l.call_at(nan, print))",
+    "lrun(lambda l: l.call_at(None, print))",
+    "lrun(lambda l: type(l.call_later(1, 'not callable')).__name__)",
+    "lrun(lambda l: type(l.call_later(10**400, print)).__name__)",
+    "lrun(lambda l: type(l.call_later(30, print)).__name__)",
+    "lrun(lambda l: type(l.call_later(0.001, print)).__name__)",
+    "lclosed(lambda l: l.call_later(30, print))",
+    "lclosed(lambda l: l.call_at(l.time() + 30, print))",
 ]
 
 _PROBE_SCRIPT = r"""
@@ -72,7 +86,7 @@ import asyncio, json, sys
 from decimal import Decimal
 from fractions import Fraction
 from math import nan
-from aiowheel import COMPILED, Timer
+from aiowheel import COMPILED, Timer, new_event_loop
 from aiowheel._wheel import Entry, Wheel
 
 def run(use):
@@ -86,6 +100,20 @@ def arun(use):
         async with Timer() as t:
             return await use(t)
     return asyncio.run(main())
+
+def lrun(use):
+    loop = new_event_loop()
+    async def main():
+        return use(loop)
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+def lclosed(use):
+    loop = new_event_loop()
+    loop.close()
+    return use(loop)
 
 def reschedule_to(when):
     async def use(t):
@@ -153,7 +181,107 @@ def test_bad_input_reads_the_same_in_both_builds() -> None:
     messages = " ".join(message for _, message in pure["outcomes"])  # type: ignore[union-attr]
     assert "object expected" not in messages
     kinds = [kind for kind, _ in pure["outcomes"]]  # type: ignore[union-attr]
-    assert kinds.count("ok") == 2, pure["outcomes"]  # the huge int and the Fraction
+    # The ok ones: the huge int and the Fraction; loop mode's non-callable (accepted, as
+    # asyncio's call_later accepts it), and a wheel and a near handle as controls.
+    assert kinds.count("ok") == 5, pure["outcomes"]
+
+
+# The same seeded random operations on a loop-mode loop with a virtual clock, in both builds:
+# scheduling through the loop (wheel and near deadlines, ints, past ones) and the API,
+# cancelling, the loop blocked for a while, sleeps. The log of what ran, when, in what order,
+# must be the same; and in each build nothing ran early, twice, or after being cancelled.
+_RANDOM_SCRIPT = r"""
+import asyncio, json, random, sys
+sys.path.insert(0, sys.argv[2])
+import aiowheel
+from aiowheel._loop import timer_of
+from virtual_clock import VirtualClockLoop
+
+def main(seed):
+    rng = random.Random(seed)
+    loop = aiowheel.new_event_loop(VirtualClockLoop)
+    timer = timer_of(loop)
+    log, handles, cancelled, done = [], {}, set(), set()
+
+    def fired(key):
+        done.add(key)
+        log.append(["ran", key, round(loop.time(), 9), loop.time() >= handles[key].when()])
+
+    async def ops():
+        for key in range(3000):
+            op = rng.random()
+            delay = rng.choice([rng.uniform(0, 0.02), rng.uniform(0, 3), rng.randint(0, 2),
+                                -1.0, 1e-4, 200.0])
+            if op < 0.35:
+                handles[key] = loop.call_later(delay, fired, key)
+            elif op < 0.55:
+                handles[key] = loop.call_at(loop.time() + delay, fired, key)
+            elif op < 0.65:
+                handles[key] = timer.call_later(abs(delay), fired, key)
+            elif op < 0.85 and handles:
+                victim = rng.choice(sorted(handles))
+                if victim not in cancelled and victim not in done:
+                    handles[victim].cancel()
+                    cancelled.add(victim)
+                    log.append(["cancel", victim, round(loop.time(), 9)])
+            elif op < 0.93:
+                loop.advance(rng.uniform(0, 0.05))  # a callback that blocks the loop
+            else:
+                await asyncio.sleep(rng.uniform(0, 0.3))
+            log.append(["pending", len(timer)])
+        await asyncio.sleep(300)
+
+    loop.run_until_complete(ops())
+    stats = timer.stats()
+    loop.close()
+    ran = [entry[1] for entry in log if entry[0] == "ran"]
+    return {
+        "compiled": aiowheel.COMPILED,
+        "log": log,
+        "early": [entry for entry in log if entry[0] == "ran" and not entry[3]],
+        "twice": len(ran) - len(set(ran)),
+        "ran_cancelled": sorted(set(ran) & cancelled),
+        "lost": sorted(set(handles) - cancelled - set(ran)),
+        "stats": [stats.pending, stats.fired, stats.cancelled],
+    }
+
+print(json.dumps([main(seed) for seed in json.loads(sys.argv[1])]))
+"""
+
+
+def _random_run(no_extensions: bool, seeds: list[int]) -> list[dict[str, object]]:
+    env = dict(os.environ)
+    env.pop("AIOWHEEL_NO_EXTENSIONS", None)
+    if no_extensions:
+        env["AIOWHEEL_NO_EXTENSIONS"] = "1"
+    tests = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run(
+        [sys.executable, "-c", _RANDOM_SCRIPT, json.dumps(seeds), tests],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    result: list[dict[str, object]] = json.loads(done.stdout)
+    return result
+
+
+def test_random_operations_run_the_same_in_both_builds() -> None:
+    seeds = [1, 2, 3]
+    compiled = _random_run(False, seeds)
+    pure = _random_run(True, seeds)
+    assert all(run["compiled"] is False for run in pure)
+    if not all(run["compiled"] for run in compiled):
+        assert os.environ.get("AIOWHEEL_EXPECT_COMPILED") != "1"
+    for seed, got, want in zip(seeds, compiled, pure, strict=True):
+        for run in (got, want):
+            assert run["early"] == [] and run["twice"] == 0, seed
+            assert run["ran_cancelled"] == [] and run["lost"] == [], seed
+        assert got["log"] == want["log"], f"seed {seed}: the builds differ"
+        assert got["stats"] == want["stats"], seed
+        ran = sum(1 for entry in got["log"] if entry[0] == "ran")  # type: ignore[union-attr,index]
+        assert ran > 500, ran  # the run really exercised firing
 
 
 @pytest.mark.anyio

@@ -108,6 +108,8 @@ def test_eager_tasks_sleep_and_time_out_on_the_wheel(base: Base) -> None:
             task = asyncio.create_task(coro)
         except TypeError:
             coro.close()  # the factory refused it (uvloop on 3.13.0): it will never run
+            # ... and would refuse the runner's shutdown_asyncgens() too, leaving it unawaited
+            loop.set_task_factory(None)
             raise
         steps.append("create_task returned")
         timer = timer_of(loop)

@@ -373,7 +373,7 @@ def test_a_finished_loop_and_its_default_timer_are_not_kept_alive() -> None:
 
 
 async def test_many_timers_on_one_loop_warn_once() -> None:
-    from aiowheel._timer import TOO_MANY_TIMERS
+    from aiowheel._engine import TOO_MANY_TIMERS
 
     timers = [Timer() for _ in range(TOO_MANY_TIMERS + 5)]
     with warnings.catch_warnings(record=True) as caught:

@@ -7,6 +7,7 @@ import contextvars
 import gc
 import inspect
 import math
+import os
 import threading
 import warnings
 from typing import Any
@@ -450,6 +451,95 @@ async def test_use_from_another_thread_raises() -> None:
         assert len(errors) == 1
         assert "thread" in str(errors[0])
         assert len(timer) == 0
+
+
+def _entry_points(timer: Timer) -> list[Any]:
+    """Every synchronous API call that files a timer (each would leave one pending)."""
+    return [
+        lambda: timer.call_later(5, print),
+        lambda: timer.call_at(1e9, print),
+        lambda: timer.timeout(5),
+        lambda: timer.timeout_at(1e9),
+        lambda: timer.every(5, print),
+        lambda: timer.watchdog(5, print),
+    ]
+
+
+def test_every_entry_point_outside_a_loop_raises_runtime_error() -> None:
+    timer = Timer()
+    calls = [*_entry_points(timer), lambda: timer.schedule_at(1e9, print)]
+    for call in calls:  # schedule_at once failed an internal assert here instead
+        with pytest.raises(RuntimeError, match="no event loop is running in this thread"):
+            call()
+    assert len(timer) == 0
+
+
+def test_misuse_gets_the_same_error_whichever_way_the_loop_is_checked() -> None:
+    # On 3.11 the hot path asks an asyncio loop for its thread instead of asking asyncio for
+    # the running loop (a getpid() there): a stopped loop, and a loop now run by another
+    # thread, must still be refused with asyncio's answer, by every entry point.
+    timer = Timer()
+    loop = asyncio.new_event_loop()
+
+    async def bind() -> None:
+        timer.call_later(10, print)
+
+    try:
+        loop.run_until_complete(bind())
+        for call in _entry_points(timer):  # the loop's own thread, between two runs
+            with pytest.raises(RuntimeError, match="no event loop is running in this thread"):
+                call()
+        thread = threading.Thread(target=loop.run_forever)
+        thread.start()
+        try:
+            while not loop.is_running():
+                threading.Event().wait(0.001)
+            for call in _entry_points(timer):  # the loop now runs in another thread
+                with pytest.raises(RuntimeError, match="thread"):
+                    call()
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+        assert len(timer) == 1
+        loop.run_until_complete(bind())  # and back in this thread, it works again
+        assert len(timer) == 2
+    finally:
+        loop.run_until_complete(timer.aclose())
+        loop.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_is_refused_as_asyncio_refuses_it() -> None:
+    # asyncio forgets the running loop in a forked child (3.11: its pid check; 3.12+: a fork
+    # hook); so must the timer's hot path, whatever check it makes.
+    timer = Timer()
+    results: list[int] = []
+
+    async def main() -> None:
+        timer.call_later(10, print)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded ... fork()"
+            pid = os.fork()
+        if pid == 0:  # the child: exit at once, whatever happens, with the verdict
+            code = 3
+            try:
+                for call in _entry_points(timer):
+                    try:
+                        call()
+                    except RuntimeError:
+                        continue
+                    code = 1
+                    break
+                else:
+                    code = 0 if asyncio._get_running_loop() is None else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)  # noqa: ASYNC222 (the child exits at once)
+        results.append(os.waitstatus_to_exitcode(status))
+        await timer.aclose()
+
+    asyncio.run(main())
+    assert results == [0], "the child filed a timer (1), or asyncio saw a loop running (2)"
 
 
 def test_use_from_another_loop_raises() -> None:

@@ -14,7 +14,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from aiowheel._wheel import NEVER, Entry, Wheel
+from aiowheel._wheel import NEVER, UNQUEUED, Entry, Wheel
 
 
 class Item(Entry):
@@ -108,7 +108,7 @@ def test_huge_jump_fires_everything_due_in_tick_order() -> None:
 def test_never_is_pending_removable_and_never_due() -> None:
     wheel = Wheel()
     item = Item(1)
-    assert wheel.add(item, NEVER) == NEVER
+    assert wheel.add(item, NEVER) == UNQUEUED  # held apart: no bucket queued
     assert len(wheel) == 1
     assert wheel.next_expiration() is None
     assert wheel.advance(10**30) == []
@@ -141,7 +141,7 @@ def test_move_later_touches_no_bucket_and_refiles_when_due() -> None:
     item = Item(1)
     wheel.add(item, 10)
     heap_before = list(wheel._heap)
-    assert wheel.move(item, 5000) == NEVER
+    assert wheel.move(item, 5000) == UNQUEUED
     assert wheel._heap == heap_before  # no heap work
     assert wheel.advance(10) == []  # re-filed, not fired
     assert item.pending()

@@ -1,0 +1,575 @@
+"""Engine: the wheel driven by an asyncio loop's clock (the delay queue, the reaper, dispatch).
+
+Why a class of its own. tokio's time driver keeps three things apart: the ``Handle`` users
+hold, the ``Driver`` that owns the wheel and parks the thread until the next expiration, and
+the ``entry`` with one timer's state. Kafka's ``SystemTimer`` is likewise a thin facade over
+``TimingWheel`` with the reaper apart. Here the entries are :mod:`aiowheel._handles`, the wheel
+is :mod:`aiowheel._wheel` (sans-IO), the facade is :class:`aiowheel.Timer` (validation, the
+public API, and binding lazily to the loop it is first used in, with its reaper task), and this
+is the driver: it owns the wheel, the clock, the one wake-up handle, the reaper's work and
+dispatch. Everything that files a timer ends in :meth:`Engine._call_callable` (which
+:meth:`Engine._call` reaches once it has checked the callback) or :meth:`Engine._file`: the
+Timer's API, ``Timeout``, the heartbeats, and loop mode (:mod:`aiowheel._loopcalls` puts a
+loop's ``call_at`` / ``call_later`` in front of ``_call_callable``). The hot path is written
+once, here.
+``Timer`` subclasses ``Engine`` rather than holding one: one object per wheel, no extra
+attribute hop on the API's hot path, and the other modules' entries keep taking one argument.
+
+Ticks. A deadline ``when`` (loop clock, seconds) becomes tick ``ceil((when - epoch) / tick)``,
+rounded **up**, so a bucket is never processed before every deadline in it can have passed.
+Rounding errors of the float arithmetic cannot make a timer early either: before an entry
+fires, the reaper compares its exact ``when`` with ``loop.time()`` and re-files it from that
+deadline if the clock has not reached it (asyncio and uvloop may run a loop timer a little
+early; that is where this guard earns its keep). The same check makes pushing a deadline
+later free: ``Timeout.reschedule`` and ``Watchdog.feed`` only rewrite ``when``, and the entry
+is re-filed when its old bucket comes due (the wheel's lazy re-file, one level up).
+
+Delay queue and reaper (Kafka's DelayQueue + ExpiredOperationReaper, on the loop instead of a
+thread). The wheel keeps one heap item per non-empty bucket, keyed by the bucket's expiration
+tick. One reaper Task per engine awaits a future that a single ``loop.call_at`` handle resolves
+at the earliest expiration, so there is at most one loop timer handle outstanding per engine,
+whatever the number of pending timers. ``Wheel.insert`` returns a tick when a bucket was
+queued; only if that tick is earlier than the armed one is the loop handle replaced (the
+reaper is "woken early"). While nothing is due the reaper does not wake: no periodic ticks.
+
+Dispatch. The due callbacks of one reaper pass run, in deadline order, in *one* loop callback
+(``_run_ready``): exactly like loop callbacks (no current task, the loop's exception handler,
+KeyboardInterrupt leaves the loop, the rest of the batch then runs on the next iteration) and
+never inside the reaper, at the cost of one loop handle per batch instead of one per timer:
+that is why a storm of due timers costs aiowheel far less than the loop's own heap. Sleepers
+resolve their future; scheduled coroutines start as Tasks; timeouts cancel their task. A
+periodic timer re-files itself from inside the pass; it left the count when it came due, so
+``max_pending`` can never refuse it.
+
+Compiled build. This module is compiled with mypyc where possible; its coroutines are not
+(see :mod:`aiowheel._awaiting`): the reaper task is a plain-Python loop that awaits
+:meth:`Engine._reaper_waiter` and calls the compiled :meth:`Engine._reap_due`, so all the
+per-timer work stays in C and nothing compiled ever suspends.
+
+Loop mode (:mod:`aiowheel._loop`). A loop's own engine has no reaper task: its wake-up handle's
+callback (:meth:`Engine._drive`) advances the wheel, re-arms and runs the due callbacks inline.
+Any other Timer bound to such a loop keeps its task but files its wake-up on the loop's heap too.
+
+Failure. If the reaper task is cancelled from outside (``asyncio.run`` does this to every task
+at exit) or dies of a bug, the Timer closes itself (``Timer._on_reaper_done``, then
+:meth:`Engine._shutdown`): pending sleepers and scheduled futures fail
+with :class:`TimerClosedError` naming the cause, pending callbacks are marked cancelled, and any
+later use raises RuntimeError. It never hangs silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import os
+import sys
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Coroutine
+from math import ceil, floor, inf
+from typing import Any, Final, Protocol
+
+from . import _debug
+from ._errors import PendingLimitError
+from ._handles import EMPTY_CONTEXT, TimerHandle, _Timed
+from ._types import Count, Seconds
+from ._wheel import NEVER, Wheel
+
+__all__ = ["TOO_MANY_TIMERS", "Engine", "WakeAt"]
+
+# asyncio's C accelerated lookup of the running loop (~25 ns): one identity check against it
+# covers "not started", "closed", "another loop" and "another thread" on the hot path.
+_get_running_loop: Final = asyncio._get_running_loop
+
+# Python 3.11's _get_running_loop() checks the process id: a getpid() system call, ~200 ns
+# on a VM, as much as the rest of a call_later. There the hot path asks the bound loop, if it
+# is asyncio's, whether it runs in this thread instead (its `_thread_id`, which run_forever sets
+# and clears together with the running loop): a thread id is ~10 ns. A forked child forgets
+# those loops (_after_fork_in_child), so it gets asyncio's answer there too. From 3.12 on the
+# running loop lives in the thread state and costs ~25 ns: asked directly.
+_GETPID_IN_RUNNING_LOOP: Final = sys.version_info < (3, 12)
+_get_ident: Final = threading.get_ident
+
+# Module constants, so that the compiled build reads them from a C static: a builtin or module
+# attribute named in a function is looked up in a dict on every call (~10 ns each).
+_callable: Final = callable
+_copy_context: Final = contextvars.copy_context
+
+# While the reaper is about to run or is running, inserts need not re-arm the loop handle: it
+# re-reads the earliest expiration before it sleeps again. No expiration is below this (they
+# are never below the wheel's start, 0), and it is a tagged int in the compiled build.
+_REAPER_AWAKE: Final = -(1 << 62)
+
+# See the reaper: a clock reading within this fraction of a tick below a boundary counts as
+# having reached it.
+_TICK_EPSILON: Final = 1e-6
+
+# Past this many live engines (Timers) on one loop, warn once (Netty's too-many-instances lesson).
+TOO_MANY_TIMERS: Final = 64
+
+_timers_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = (
+    weakref.WeakKeyDictionary()
+)
+_warned_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+class _Forks:
+    """How many times this process is a forked child (3.11's thread check; see _on_loop)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+# A Final instance, not a module global: the compiled build reads it from a C static.
+_FORKS: Final = _Forks()
+
+
+def _after_fork_in_child() -> None:
+    # The child has a copy of the loop that says it runs in this (copied) thread, while
+    # asyncio's running loop is gone there (its pid check): engines bound before the fork
+    # go back to asking asyncio.
+    _FORKS.count += 1
+
+
+if _GETPID_IN_RUNNING_LOOP and hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _WakeHandle(Protocol):
+    """The loop handle of the reaper's wake-up: asyncio's, uvloop's, or any loop's."""
+
+    def cancel(self) -> object:
+        """Cancel it (asyncio's returns None, aiowheel's a bool: typed loosely on purpose)."""
+        ...
+
+
+#: Files the wake-up handle on the loop's own heap: ``wake_at(when, callback) -> handle``.
+WakeAt = Callable[[float, Callable[[], None]], _WakeHandle]
+
+
+class Engine:
+    """The wheel on one event loop: clock, delay queue, wake-up handle, reaper and dispatch.
+
+    Not public: :class:`aiowheel.Timer` is this plus the API (see the module docstring).
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_armed",
+        "_asyncio_loop",
+        "_bound_loop",
+        "_cancelled_on_close",
+        "_clock",
+        "_closed",
+        "_closing_cause",
+        "_debug",
+        "_driven",
+        "_epoch",
+        "_fired",
+        "_forks",
+        "_inverse_tick",
+        "_limit",
+        "_loop",
+        "_max_lateness",
+        "_ready",
+        "_reaper",
+        "_slots",
+        "_thread_id",
+        "_tick",
+        "_waiter",
+        "_wake_at",
+        "_wake_handle",
+        "_wakeups",
+        "_wheel",
+    )
+
+    def __init__(
+        self, *, tick: Seconds = 0.001, slots: Count = 64, max_pending: Count | None = None
+    ) -> None:
+        """Create an unbound engine; see :class:`aiowheel.Timer` for the parameters."""
+        given: object = tick  # as given: the compiled build sees `tick` as a float below
+        if isinstance(tick, bool) or not isinstance(tick, int | float):
+            raise TypeError(f"tick must be a number of seconds, got {type(tick).__name__}")
+        if not 0 < tick < inf:
+            raise ValueError(f"tick must be a positive, finite number of seconds, got {given!r}")
+        limit = sys.maxsize
+        if max_pending is not None:
+            if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+                raise ValueError(f"max_pending must be a positive int or None, got {max_pending!r}")
+            limit = max_pending
+        self._wheel: Final = Wheel(slots)  # validates slots
+        self._tick: Final = float(tick)
+        self._inverse_tick: Final = 1.0 / self._tick
+        self._slots: Final = self._wheel.slots
+        self._limit: Final = limit
+        # `_loop` is what the hot path compares the running loop with: None until bound and
+        # again once closed, so that one identity check routes every odd case to _check_loop.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._bound_loop: asyncio.AbstractEventLoop | None = None
+        # The bound loop's thread. Pushing a deadline later (Timeout.reschedule, Watchdog.feed)
+        # rewrites one float that only the reaper reads, so the one thing it must check is the
+        # thread; comparing thread ids is ~5x cheaper on 3.11 than asking for the running loop
+        # (a getpid() system call there). No thread has id -1.
+        self._thread_id = -1
+        self._epoch = 0.0
+        self._closed = False
+        self._closing_cause: str | None = None
+        self._debug = False
+        self._reaper: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._wake_handle: _WakeHandle | None = None
+        self._armed = NEVER
+        self._fired = 0
+        self._cancelled_on_close = 0
+        self._wakeups = 0
+        self._max_lateness = 0.0
+        self._ready: list[_Timed] = []
+        self._clock: Callable[[], float] = time.monotonic
+        # Set when the engine is bound to a loop-mode loop (aiowheel._loop): `_wake_at` files
+        # the wake-up handle on the loop's own heap; `_driven`: its callback is the reaper
+        # itself (the loop's own engine, which has no reaper task).
+        self._wake_at: WakeAt | None = None
+        self._driven = False
+        # The bound loop while it is open, if the hot path may ask it whether it is running in
+        # this thread (see _GETPID_IN_RUNNING_LOOP); None otherwise.
+        self._asyncio_loop: Any = None
+        self._forks = 0  # _FORKS.count when _asyncio_loop was set
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def _on_loop(self) -> bool:
+        """Whether this thread's running loop is the bound one: the hot path's one check.
+
+        False covers "not bound yet", "closed", "no loop running", "another loop" and
+        "another thread": the caller then calls ``Timer._check_loop``, which binds or explains.
+        """
+        fast = self._asyncio_loop
+        if fast is not None:
+            if self._forks == _FORKS.count:
+                return bool(fast._thread_id == _get_ident())
+            self._asyncio_loop = None  # a forked child: asyncio's answer from now on
+        loop = self._loop
+        return loop is not None and _get_running_loop() is loop
+
+    def _use_thread_check(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Let :meth:`_on_loop` ask ``loop`` for its thread, where that is asyncio's answer."""
+        if (
+            _GETPID_IN_RUNNING_LOOP
+            and getattr(type(loop), "run_forever", None) is asyncio.BaseEventLoop.run_forever
+        ):
+            self._asyncio_loop = loop
+            self._forks = _FORKS.count
+
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Take ``loop``'s clock, debug flag and thread; count this timer against the loop."""
+        self._bound_loop = loop
+        self._epoch = loop.time()
+        # On a loop-mode loop (aiowheel._loop) the wake-up handle goes on the loop's own heap,
+        # as that loop's Timer's does: filed in the loop's wheel it would be rounded up twice.
+        self._wake_at = getattr(loop, "_aiowheel_wake_at", None)
+        # The loop's clock, as a direct call where the loop has not replaced asyncio's
+        # (BaseEventLoop.time is a Python method around time.monotonic: ~40 ns per call saved
+        # on every hot path); uvloop's and any custom loop's own method otherwise.
+        if getattr(type(loop), "time", None) is asyncio.BaseEventLoop.time:
+            self._clock = time.monotonic
+        else:
+            self._clock = loop.time
+        self._debug = loop.get_debug()
+        self._thread_id = threading.get_ident()
+        count = _timers_per_loop.get(loop, 0) + 1
+        _timers_per_loop[loop] = count
+        if count > TOO_MANY_TIMERS and loop not in _warned_loops:
+            _warned_loops.add(loop)
+            warnings.warn(
+                f"{count} aiowheel Timers are running on one event loop; a Timer is built to "
+                "be shared: use aiowheel.get_timer() (or pass one Timer around) instead",
+                RuntimeWarning,
+                stacklevel=5,
+            )
+
+    def _drive_loop(self, loop: asyncio.AbstractEventLoop, wake_at: WakeAt) -> None:
+        """Become ``loop``'s own engine, before the loop runs (see aiowheel._loop): no reaper
+        task; the wake-up handle goes on the loop's heap through ``wake_at`` and its callback
+        is :meth:`_drive`."""
+        self._adopt(loop)
+        self._loop = loop
+        self._use_thread_check(loop)
+        self._wake_at = wake_at
+        self._driven = True
+
+    def _shutdown(self, exc: BaseException | None, cause: str | None) -> list[TimerHandle]:
+        if self._closed:
+            return []
+        self._closed = True
+        self._closing_cause = cause
+        self._loop = None
+        self._asyncio_loop = None
+        self._thread_id = -1
+        loop = self._bound_loop
+        if loop is not None:
+            count = _timers_per_loop.get(loop, 1) - 1
+            if count:
+                _timers_per_loop[loop] = count
+            else:
+                _timers_per_loop.pop(loop, None)
+        if self._wake_handle is not None:
+            self._wake_handle.cancel()
+            self._wake_handle = None
+        reaper = self._reaper
+        if reaper is not None and reaper is not asyncio.current_task():
+            reaper.cancel()
+        # Let go of the loop: a closed timer kept in get_timer()'s weak registry must not keep
+        # its loop alive (the value would pin its own weak key).
+        self._reaper = None
+        self._waiter = None
+        self._bound_loop = None
+        self._clock = time.monotonic
+        unfired: list[TimerHandle] = []
+        entries = self._wheel.drain()
+        self._cancelled_on_close += len(entries)
+        for entry in entries:
+            assert isinstance(entry, _Timed)
+            entry._abandon(exc)
+            if isinstance(entry, TimerHandle):
+                unfired.append(entry)
+        return unfired
+
+    # -- the hot path: every timer is filed here -----------------------------------------------
+
+    def _tick_for(self, when: float) -> int:
+        """The tick of deadline ``when``, rounded up; NEVER for +inf. ValueError for NaN."""
+        try:
+            return ceil((when - self._epoch) * self._inverse_tick)
+        except OverflowError:
+            if when > 0:
+                return NEVER
+            return self._wheel.elapsed  # -inf: already due
+        except ValueError:
+            pass
+        # Raised outside the except clause, so that no internal error shows as its context
+        # (in both builds: the compiled one ignores `from None`).
+        raise ValueError("deadline must not be NaN")
+
+    def _admit(self, when: float) -> int:
+        """The tick of ``when``, if the wheel may take one more timer: ValueError for NaN,
+        PendingLimitError at ``max_pending``; raised before anything changes.
+
+        Every filing starts here. Paid by every timer, so the tick arithmetic of _tick_for is
+        inlined (its except branches cost nothing unless taken) and the count is read without
+        len().
+        """
+        try:
+            tick = ceil((when - self._epoch) * self._inverse_tick)
+        except (OverflowError, ValueError):
+            tick = self._tick_for(when)
+        if self._wheel._count >= self._limit:
+            raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
+        return tick
+
+    def _call(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[object, ...],
+        context: contextvars.Context | None,
+    ) -> TimerHandle:
+        """call_at's hot path, once the loop is checked: refuse a non-callable, then file."""
+        if not _callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        return self._call_callable(when, callback, args, context)
+
+    def _call_callable(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[object, ...],
+        context: contextvars.Context | None,
+    ) -> TimerHandle:
+        """File ``callback(*args)`` for ``when``; ``callback`` is known to be callable (loop
+        mode checks that itself, to choose its path, so the check is not made twice)."""
+        if self._debug:
+            _check_not_coroutine_function(callback)
+        tick = self._admit(when)
+        wheel = self._wheel
+        if context is None:
+            context = _copy_context()
+            if not context:
+                context = EMPTY_CONTEXT
+        handle = TimerHandle(when, callback, args, context, wheel)
+        if wheel.insert(handle, tick) < self._armed:
+            self._arm()
+        return handle
+
+    def _file(self, entry: _Timed, when: float) -> None:
+        """Put an unlinked entry in the wheel for deadline ``when`` (for the other modules).
+
+        The caller has checked the loop; raises like :meth:`call_at` on a bad ``when`` or when
+        ``max_pending`` is reached, leaving the timer unchanged.
+        """
+        tick = self._admit(when)
+        wheel = self._wheel
+        entry._when = when
+        if wheel.insert(entry, tick) < self._armed:
+            self._arm()
+
+    def _unfile(self, entry: _Timed) -> None:
+        """Take an entry out of the wheel if it is in it."""
+        if entry._prev is not None:
+            self._wheel.remove(entry)
+
+    # -- the delay queue and the reaper --------------------------------------------------------
+
+    def _arm(self) -> None:
+        """Make the single loop handle fire at the wheel's earliest bucket expiration."""
+        loop = self._loop
+        assert loop is not None
+        expiration = self._wheel.next_expiration()
+        handle = self._wake_handle
+        if handle is not None:
+            handle.cancel()
+            self._wake_handle = None
+        if expiration is None:
+            self._armed = NEVER
+            return
+        self._armed = expiration
+        when = self._epoch + expiration * self._tick
+        wake_at = self._wake_at
+        if wake_at is None:
+            self._wake_handle = loop.call_at(when, self._wake)
+        elif self._driven:
+            self._wake_handle = wake_at(when, self._drive)
+        else:
+            self._wake_handle = wake_at(when, self._wake)
+
+    def _wake(self) -> None:
+        self._wake_handle = None
+        self._armed = _REAPER_AWAKE
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _reaper_waiter(self) -> asyncio.Future[None]:
+        """The future the reaper task awaits next: resolved when the earliest bucket is due."""
+        loop = self._bound_loop
+        assert loop is not None
+        if self._armed == _REAPER_AWAKE or self._wake_handle is None:
+            self._arm()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter
+        return waiter
+
+    def _reap_due(self) -> None:
+        """The reaper task woke: advance the wheel to now and dispatch every due entry."""
+        self._advance()
+        if self._ready:
+            self._dispatch_ready(inline=False)
+
+    def _drive(self) -> None:
+        """Loop mode's reaper: the wake-up handle's own callback (see aiowheel._loop).
+
+        It advances the wheel, re-arms, then runs the due callbacks right here, inside this
+        loop callback: they run in the loop iteration that found them due, as the loop's own
+        timer handles do, with no task and no extra loop handle in between.
+        """
+        self._wake_handle = None
+        if self._closed:
+            return
+        try:
+            self._advance()
+        finally:
+            self._arm()
+        if self._ready:
+            self._dispatch_ready(inline=True)
+
+    def _dispatch_ready(self, inline: bool) -> None:
+        """Hand the due callbacks collected in ``_ready`` to the loop.
+
+        Normally as one batch (one loop callback, or run inline by loop mode's reaper). In
+        debug mode each gets a loop callback of its own, so that asyncio's debug machinery
+        (the slow-callback report, the current handle) sees and names each one.
+        """
+        batch = self._ready
+        self._ready = []
+        loop = self._bound_loop
+        assert loop is not None
+        if self._debug:
+            for handle in batch:
+                loop.call_soon(_debug.DueCallback(handle))
+        elif inline:
+            _run_ready(batch)
+        else:
+            loop.call_soon(_run_ready, batch)
+
+    def _advance(self) -> None:
+        """Advance the wheel to now: fire every due entry, queueing callbacks in ``_ready``."""
+        loop = self._bound_loop
+        assert loop is not None
+        wheel = self._wheel
+        self._waiter = None
+        self._armed = _REAPER_AWAKE
+        self._wakeups += 1
+        self._debug = loop.get_debug()
+        now = loop.time()
+        # The epsilon absorbs float error at tick boundaries (a reading of 10.9999999 ticks
+        # on a clock that says "tick 11 has begun"); without it uvloop, whose clock moves in
+        # whole milliseconds, would spin for a millisecond. Entries are still checked against
+        # their exact deadline below.
+        now_tick = floor((now - self._epoch) * self._inverse_tick + _TICK_EPSILON)
+        if now_tick < wheel.elapsed:
+            return  # woken early, before the last tick we processed ended
+        due = wheel.advance(now_tick)
+        fired = 0
+        lateness = self._max_lateness
+        for entry in due:
+            assert isinstance(entry, _Timed)
+            when = entry._when
+            if when > now:
+                # Not due after all: its deadline was pushed back without touching the wheel
+                # (Timeout.reschedule, Watchdog.feed: the lazy re-file), or float rounding put
+                # it a hair early. File it again from the exact deadline.
+                tick = self._tick_for(when)
+                wheel.insert(entry, tick if tick > now_tick else now_tick + 1)
+                continue
+            fired += 1
+            if now - when > lateness:
+                lateness = now - when
+            try:
+                entry._fire(self)
+            except Exception as exc:  # a bug must cost one timer, not the reaper
+                loop.call_exception_handler(
+                    {"message": f"aiowheel: error firing {entry!r}", "exception": exc}
+                )
+        self._fired += fired
+        self._max_lateness = lateness
+
+    def _loop_create_task(
+        self, coro: Coroutine[Any, Any, Any], context: contextvars.Context
+    ) -> asyncio.Task[Any]:
+        loop = self._bound_loop
+        assert loop is not None
+        return loop.create_task(coro, context=context)
+
+
+def _run_ready(batch: list[_Timed]) -> None:
+    """Run a batch of due callbacks, in deadline order, as one loop callback."""
+    for index, handle in enumerate(batch):
+        try:
+            handle._run()
+        except BaseException:
+            # SystemExit or KeyboardInterrupt leaves the loop, as it would from a loop
+            # callback; the rest of the batch runs on the loop's next iteration.
+            rest = batch[index + 1 :]
+            if rest:
+                asyncio.get_running_loop().call_soon(_run_ready, rest)
+            raise
+
+
+def _check_not_coroutine_function(callback: Callable[..., object]) -> None:
+    # asyncio makes this check in debug mode only, for its cost; so do we.
+    if inspect.iscoroutinefunction(callback):
+        raise TypeError("coroutine functions cannot be used with call_at(); use schedule_at()")

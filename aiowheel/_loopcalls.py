@@ -1,0 +1,172 @@
+"""LoopCalls: a loop-mode loop's ``call_at`` / ``call_later``, in front of its engine.
+
+Loop mode (:mod:`aiowheel._loop`) binds a loop's ``call_at`` and ``call_later`` as *instance*
+attributes to the two compiled methods of this class. They decide where each call goes, and
+nothing else: the filing itself is the engine's hot path (``Engine._call_callable``), the
+same one :meth:`aiowheel.Timer.call_at` ends in.
+
+Where a call goes:
+
+- a float deadline (or an int one that converts exactly) at least ``near`` ahead, with a
+  callable, on an open engine: the wheel;
+- a nearer one, known to be a number and not NaN: straight to the base loop's own heap, padded
+  by ``near_pad`` where that heap would run it early by the loop's clock (aiowheel._loop's
+  ``_PADS``); a deadline already passed is never padded;
+- anything else (NaN, None, a non-number, a non-callable, a closed engine): the slow path,
+  which checks it or lets the base loop do so, with the base loop's own messages.
+
+A class apart from the engine because none of this is the engine's business (the thresholds,
+the pads and the base loop's methods are loop mode's), and it keeps each class readable in one
+sitting. It costs nothing measurable: ``self._engine`` is one native attribute read, and
+``_call_callable`` a direct C call in the compiled build.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+from math import inf
+from typing import Final
+
+from ._engine import Engine
+
+__all__ = ["LoopCalls"]
+
+# A C static in the compiled build (see aiowheel._engine).
+_callable: Final = callable
+
+# Int delays below this convert to float exactly; larger ones go to the loop as they are.
+_EXACT_INT: Final = 1 << 53
+
+
+class LoopCalls:
+    """The ``call_at`` / ``call_later`` of one loop-mode loop (see the module docstring).
+
+    ``near_call_*`` take a valid near deadline straight to the loop's heap; ``slow_call_*``
+    take every other call the wheel does not. ``debug_checks(callback, method)`` makes the
+    base loop's debug-mode checks.
+    """
+
+    __slots__ = (
+        "_debug_checks",
+        "_engine",
+        "_near",
+        "_near_call_at",
+        "_near_call_later",
+        "_near_pad",
+        "_slow_call_at",
+        "_slow_call_later",
+    )
+
+    def __init__(
+        self,
+        engine: Engine,
+        near: float,
+        near_pad: float,
+        slow_call_at: Callable[..., object],
+        slow_call_later: Callable[..., object],
+        near_call_at: Callable[..., object],
+        near_call_later: Callable[..., object],
+        debug_checks: Callable[[object, str], None],
+    ) -> None:
+        """Route calls to ``engine`` (already driving its loop: ``Engine._drive_loop``)."""
+        self._engine: Final = engine
+        # Deadlines nearer than this go to the loop's own heap (inf: none come to the wheel).
+        self._near = near
+        # Added to a near deadline handed to the loop's heap, for a base loop that would run it
+        # early by its own clock (uvloop: whole milliseconds, rounded to the nearest). 0.0 for
+        # the loops that never do; then the deadline goes on unchanged (int or float).
+        self._near_pad = near_pad
+        self._slow_call_at: Final = slow_call_at
+        self._slow_call_later: Final = slow_call_later
+        self._near_call_at: Final = near_call_at
+        self._near_call_later: Final = near_call_later
+        self._debug_checks: Final = debug_checks
+
+    def bypass(self) -> tuple[float, float]:
+        """Send every call to the base loop's heap, unpadded, until :meth:`restore`; returns
+        what to restore (for the engine's own wake-up handle: see aiowheel._loop)."""
+        saved = (self._near, self._near_pad)
+        self._near = inf
+        self._near_pad = 0.0
+        return saved
+
+    def restore(self, saved: tuple[float, float]) -> None:
+        """Undo :meth:`bypass`."""
+        self._near, self._near_pad = saved
+
+    def call_at(
+        self,
+        when: object,
+        callback: object,
+        *args: object,
+        context: contextvars.Context | None = None,
+    ) -> object:
+        """``loop.call_at`` of a loop-mode loop: the wheel for a float (or int) deadline at
+        least ``near`` ahead and a callable; the slow path (the loop's own heap) otherwise."""
+        if isinstance(when, float):
+            deadline = when
+        elif isinstance(when, int) and -_EXACT_INT < when < _EXACT_INT:
+            deadline = float(when)  # aiohttp rounds its deadlines up to whole seconds: ints
+        else:
+            return self._slow_call_at(when, callback, *args, context=context)
+        engine = self._engine
+        ahead = deadline - engine._clock()
+        if ahead >= self._near:
+            if _callable(callback) and not engine._closed:
+                if engine._debug:
+                    self._debug_checks(callback, "call_at")
+                return engine._call_callable(deadline, callback, args, context)
+        elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
+            pad = self._near_pad
+            if pad and ahead > 0:  # a deadline already passed cannot be run early
+                # As the delay it is from now: uvloop's own call_at would turn it into one
+                # through self.call_later, which would pad it a second time.
+                return _hand_over(self._near_call_later, ahead + pad, callback, args, context)
+            return _hand_over(self._near_call_at, when, callback, args, context)
+        return self._slow_call_at(when, callback, *args, context=context)
+
+    def call_later(
+        self,
+        delay: object,
+        callback: object,
+        *args: object,
+        context: contextvars.Context | None = None,
+    ) -> object:
+        """``loop.call_later`` of a loop-mode loop (see :meth:`call_at`)."""
+        if isinstance(delay, float):
+            seconds_ahead = delay
+        elif isinstance(delay, int) and -_EXACT_INT < delay < _EXACT_INT:
+            seconds_ahead = float(delay)  # asyncio.sleep(5): an int delay is common
+        else:
+            return self._slow_call_later(delay, callback, *args, context=context)
+        if seconds_ahead >= self._near:
+            engine = self._engine
+            if _callable(callback) and not engine._closed:
+                if engine._debug:
+                    self._debug_checks(callback, "call_later")
+                return engine._call_callable(
+                    engine._clock() + seconds_ahead, callback, args, context
+                )
+        elif seconds_ahead == seconds_ahead:  # near, and not NaN: straight to the loop's heap
+            pad = self._near_pad
+            if pad and seconds_ahead > 0:
+                delay = seconds_ahead + pad
+            return _hand_over(self._near_call_later, delay, callback, args, context)
+        return self._slow_call_later(delay, callback, *args, context=context)
+
+
+def _hand_over(
+    method: Callable[..., object],
+    time: object,
+    callback: object,
+    args: tuple[object, ...],
+    context: contextvars.Context | None,
+) -> object:
+    """``method(time, callback, *args, context=context)``, with as few arguments as will do:
+    a call without keywords, or without a tuple to unpack, is the cheaper one."""
+    if context is None:
+        if not args:
+            return method(time, callback)
+        return method(time, callback, *args)
+    return method(time, callback, *args, context=context)
