@@ -380,8 +380,12 @@ def test_never_early_near_the_loops_heap_either(base: Base) -> None:
     assert len(lateness) == 4000
     assert on_wheel == 0
     assert min(lateness) >= 0  # by the loop's own clock
-    # ... and the price is bounded: no near timer later than the pad plus loop latency.
-    assert sorted(lateness)[len(lateness) // 2] < 0.05
+    # ... and the price is bounded. What the base heap is given (the delay plus the pad, once)
+    # is checked exactly by test_a_near_deadline_is_padded_once; here only a gross regression
+    # by the wall clock (a near timer routed to a slow path, a pad in the wrong unit). The
+    # median is ~1 ms on a quiet machine and a few ms with two CPU hogs per core, but a CI run
+    # on a loaded machine once read 0.11 s: a bound a stall cannot cross.
+    assert sorted(lateness)[len(lateness) // 2] < 1.0
 
 
 def test_a_near_deadline_is_padded_once(base: Base) -> None:
@@ -410,12 +414,16 @@ def test_a_near_deadline_is_padded_once(base: Base) -> None:
     try:
         assert pad > 0
         loop.call_later(0.005, lambda: None)
-        loop.call_at(loop.time() + 0.005, lambda: None)
+        before = loop.time()
+        loop.call_at(before + 0.005, lambda: None)
+        after = loop.time()
         loop.call_later(-1, lambda: None)  # already due: no pad
         assert len(received) == 3, received
-        assert received[0] == pytest.approx(0.005 + pad, abs=1e-6)
-        # (0.5 ms of slack for a preempted test; a second pad would add a whole one on uvloop)
-        assert received[1] == pytest.approx(0.005 + pad, abs=5e-4)
+        assert received[0] == pytest.approx(0.005 + pad, abs=1e-9)
+        # call_at's delay is the deadline less a clock reading taken between before and after
+        # (however long a loaded machine preempts the test); a second pad would add a whole
+        # millisecond on uvloop, whose clock does not move outside its run.
+        assert 0.005 - (after - before) + pad - 1e-9 <= received[1] <= 0.005 + pad + 1e-9
         assert received[2] == -1
     finally:
         loop.close()
