@@ -124,8 +124,10 @@ async def test_aiohttp_server_keepalive_timeout_closes_an_idle_connection() -> N
         finally:
             writer.close()
         assert rest == b'{"ok": true}'  # the body, then the server's close
-        # The server armed its 1 s keep-alive a moment before the client read the answer.
-        assert 0.95 <= closed - answered <= 10
+        # The server armed its 1 s keep-alive before the client read the answer: how long
+        # before depends on when the client ran (0.5 s of slack for a stalled client); the
+        # close is the keep-alive's, not an immediate one.
+        assert 0.5 <= closed - answered <= 10
 
 
 def test_example_server_process_with_loop_mode_flag() -> None:
