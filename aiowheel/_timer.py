@@ -39,7 +39,6 @@ __all__ = ["PendingLimitError", "Timer", "TimerClosedError", "TimerStats"]
 _T = TypeVar("_T")
 
 
-
 @dataclass(frozen=True, slots=True)
 class TimerStats:
     """A snapshot of a Timer's counters (see :meth:`Timer.stats`)."""
