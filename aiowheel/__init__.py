@@ -30,7 +30,7 @@ from ._default import (
 )
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import TimerHandle
-from ._loop import loop_factory, new_event_loop, run
+from ._loop import LoopConfig, LoopFactory, config_of, loop_factory, new_event_loop, run, timer_of
 from ._periodic import Interval, PeriodicHandle, Watchdog
 from ._timeout import Timeout
 from ._timer import Timer, TimerStats
@@ -41,6 +41,8 @@ COMPILED: bool = _is_compiled(__name__, _COMPILED_MODULES)
 __all__ = [
     "COMPILED",
     "Interval",
+    "LoopConfig",
+    "LoopFactory",
     "PendingLimitError",
     "PeriodicHandle",
     "Timeout",
@@ -51,6 +53,7 @@ __all__ = [
     "Watchdog",
     "call_at",
     "call_later",
+    "config_of",
     "get_timer",
     "loop_factory",
     "new_event_loop",
@@ -59,6 +62,7 @@ __all__ = [
     "sleep_until",
     "timeout",
     "timeout_at",
+    "timer_of",
     "wait_for",
 ]
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ._handles import TimerHandle
     from ._periodic import Interval
     from ._timer import Timer
-    from ._types import Seconds
+    from ._validate import Seconds
 
 __all__ = ["aclose", "call", "exit", "next_tick", "reap", "sleep", "wait_for"]
 

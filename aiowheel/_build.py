@@ -34,7 +34,7 @@ else:
 
 #: The modules the compiled build compiles (setup.py's list, by module name).
 COMPILED_MODULES = (
-    "_types",
+    "_validate",
     "_wheel",
     "_handles",
     "_engine",

@@ -21,7 +21,7 @@ from ._handles import TimerHandle
 from ._loop import timer_of
 from ._timeout import Timeout
 from ._timer import Timer
-from ._types import Seconds
+from ._validate import Seconds
 
 __all__ = [
     "call_at",

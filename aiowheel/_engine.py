@@ -75,7 +75,7 @@ from typing import Any, Final, Protocol
 from . import _debug
 from ._errors import PendingLimitError
 from ._handles import EMPTY_CONTEXT, TimerHandle, _Timed
-from ._types import Count, Seconds
+from ._validate import Count, Seconds
 from ._wheel import NEVER, Wheel
 
 __all__ = ["TOO_MANY_TIMERS", "Engine", "WakeAt"]
@@ -116,6 +116,7 @@ _timers_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = (
 _warned_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 
+
 class _Forks:
     """How many times this process is a forked child (3.11's thread check; see _on_loop)."""
 
@@ -150,6 +151,14 @@ class _WakeHandle(Protocol):
 
 #: Files the wake-up handle on the loop's own heap: ``wake_at(when, callback) -> handle``.
 WakeAt = Callable[[float, Callable[[], None]], _WakeHandle]
+
+# Loop mode's hook, declared here once: for each loop-mode loop, how a wake-up handle reaches
+# the loop's own heap (aiowheel._loop's _BaseHeap.wake_at). Its own engine registers it when it
+# starts driving the loop (_drive_loop); any other engine bound to that loop files its wake-up
+# there too (_adopt): filed in the loop's wheel it would be rounded up twice.
+_heap_wake_at: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WakeAt] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Engine:
@@ -271,7 +280,7 @@ class Engine:
         self._epoch = loop.time()
         # On a loop-mode loop (aiowheel._loop) the wake-up handle goes on the loop's own heap,
         # as that loop's Timer's does: filed in the loop's wheel it would be rounded up twice.
-        self._wake_at = getattr(loop, "_aiowheel_wake_at", None)
+        self._wake_at = _heap_wake_at.get(loop)
         # The loop's clock, as a direct call where the loop has not replaced asyncio's
         # (BaseEventLoop.time is a Python method around time.monotonic: ~40 ns per call saved
         # on every hot path); uvloop's and any custom loop's own method otherwise.
@@ -296,11 +305,15 @@ class Engine:
         """Become ``loop``'s own engine, before the loop runs (see aiowheel._loop): no reaper
         task; the wake-up handle goes on the loop's heap through ``wake_at`` and its callback
         is :meth:`_drive`."""
+        _heap_wake_at[loop] = wake_at
         self._adopt(loop)
         self._loop = loop
         self._use_thread_check(loop)
-        self._wake_at = wake_at
         self._driven = True
+
+    def _set_debug(self, enabled: bool) -> None:
+        """Follow the loop's debug mode (loop mode's set_debug calls this at once)."""
+        self._debug = enabled
 
     def _shutdown(self, exc: BaseException | None, cause: str | None) -> list[TimerHandle]:
         if self._closed:

@@ -62,15 +62,25 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from decimal import Decimal
 from math import inf
 from typing import Any, Final, TypeVar
 
+from . import _validate
 from ._loopcalls import LoopCalls
 from ._timer import Timer
-from ._types import seconds
 
-__all__ = ["DEFAULT_THRESHOLD", "LoopFactory", "loop_factory", "new_event_loop", "run"]
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "LoopConfig",
+    "LoopFactory",
+    "config_of",
+    "loop_factory",
+    "new_event_loop",
+    "run",
+    "timer_of",
+]
 
 _T = TypeVar("_T")
 
@@ -79,8 +89,8 @@ DEFAULT_THRESHOLD: Final = 0.01
 
 _DEFAULT_TICK: Final = 0.001
 
-# One subclass per (base, tick, threshold): few in any program.
-_classes: dict[tuple[type[asyncio.AbstractEventLoop], float, float], type[Any]] = {}
+# One subclass per LoopConfig: few in any program.
+_classes: dict[LoopConfig, type[Any]] = {}
 _classes_lock: Final = threading.Lock()
 
 
@@ -112,29 +122,32 @@ def _check_base(base: object) -> type[asyncio.AbstractEventLoop]:
     return base
 
 
-def _check_threshold(threshold: object) -> float:
-    if isinstance(threshold, bool):  # a flag passed by mistake, not a number of seconds
-        raise TypeError("threshold must be a real number of seconds, got bool")
-    value = seconds("threshold", threshold)
-    if not 0 <= value < inf:
-        raise ValueError(
-            f"threshold must be a non-negative, finite number of seconds, got {threshold!r}"
-        )
-    return value
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    """What makes a loop-mode loop: its base loop class, its wheel's tick and its threshold.
+
+    Made (and checked) by :func:`loop_factory`; it is what a :class:`LoopFactory` pickles and
+    what each loop-mode class holds (:func:`config_of` reads it back from a loop).
+    """
+
+    base: type[asyncio.AbstractEventLoop]
+    """The event loop class the loop-mode loop subclasses (asyncio's default, uvloop.Loop...)."""
+    tick: float
+    """The resolution of the loop's wheel, in seconds."""
+    threshold: float
+    """Deadlines at least this many seconds ahead go to the wheel; nearer ones to the base's
+    own heap."""
 
 
 class _LoopMode:
     """The part of every loop-mode class that is not its base loop's (see the module doc)."""
 
-    _aiowheel_base: type[asyncio.AbstractEventLoop]
-    _aiowheel_tick: float
-    _aiowheel_threshold: float
+    _aiowheel_config: LoopConfig
     _aiowheel_timer: Timer
-    _aiowheel_calls: LoopCalls
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _install(self, type(self)._aiowheel_base)
+        _install(self, type(self)._aiowheel_config)
 
     def close(self) -> None:
         """Close the loop; pending timers are dropped silently (their handles read cancelled)."""
@@ -149,92 +162,122 @@ class _LoopMode:
         super().set_debug(enabled)  # type: ignore[misc]
         timer: Timer | None = getattr(self, "_aiowheel_timer", None)  # None: in base __init__
         if timer is not None:
-            timer._debug = bool(enabled)
+            timer._set_debug(bool(enabled))
+
+    def __repr__(self) -> str:
+        config = type(self)._aiowheel_config
+        base = f"{config.base.__module__}.{config.base.__qualname__}"
+        return f"<{type(self).__name__} over {base} {super().__repr__()}>"
 
 
-def _install(loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
-    """Give ``loop`` its Timer and bind its call_at / call_later to it."""
-    cls = type(loop)
-    timer = Timer(tick=cls._aiowheel_tick)
-    base_call_at: Callable[..., Any] = base.call_at
-    base_call_later: Callable[..., Any] = base.call_later
-    asyncio_call_later = (
-        base_call_later is asyncio.BaseEventLoop.call_later
-        and base_call_at is asyncio.BaseEventLoop.call_at
+def _install(loop: Any, config: LoopConfig) -> None:
+    """Give ``loop`` its Timer and bind its call_at / call_later to the Timer's router."""
+    timer = Timer(tick=config.tick)
+    heap = _BaseHeap(loop, config.base)
+    timer._drive_loop(loop, heap.wake_at)
+    loop._aiowheel_timer = timer
+    calls = LoopCalls(
+        timer,
+        config.threshold,
+        _near_pad(config.base),
+        heap.slow_call_at,
+        heap.slow_call_later,
+        heap.near_call_at,
+        heap.near_call_later,
+        _debug_checks_for(loop, config.base),
+    )
+    # Instance attributes, found before the class's methods by every caller (the module doc).
+    loop.call_at = calls.call_at
+    loop.call_later = calls.call_later
+
+
+class _BaseHeap:
+    """The base loop's own timer heap, reached without coming back into loop mode.
+
+    Chosen once, when the loop is made: the base class's ``call_at`` / ``call_later`` called
+    as plain functions, not through the instance attributes loop mode puts in front of them.
+    Where one of the base's methods calls the other through ``self`` (asyncio's
+    ``call_later`` calls ``self.call_at``; uvloop's ``call_at`` calls ``self.call_later``), a
+    near deadline may come back through the router once, and being near it goes straight on to
+    the heap; the engine's wake-up, near or far, is handed to the one method that does not go
+    round (:meth:`wake_at`), so it never lands in its own wheel.
+
+    ``near_call_at`` and ``near_call_later`` are the base's bound methods themselves wherever
+    that is right (no Python frame of ours on a near timer's path); the methods below are the
+    ones that need one.
+    """
+
+    __slots__ = (
+        "_base_call_at",
+        "_base_call_later",
+        "_clock",
+        "_loop",
+        "near_call_at",
+        "near_call_later",
+        "reenters_at",
     )
 
-    def wake_at(when: float, callback: Callable[[], None]) -> Any:
-        # The engine's own wake-up handle, on the loop's heap whatever the deadline: with
-        # every call bypassing the wheel meanwhile, a base call_at that goes through
-        # self.call_later (uvloop's does) cannot route it back into the wheel. Nor is it
-        # padded: the wheel re-checks each deadline when it runs, so a wake-up a little early
-        # costs a re-file, while a padded one would make every wheel timer on such a base later.
-        saved = calls.bypass()
-        try:
-            return base_call_at(loop, when, callback)
-        finally:
-            calls.restore(saved)
+    def __init__(self, loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
+        self._loop = loop
+        self._base_call_at: Callable[..., Any] = base.call_at
+        self._base_call_later: Callable[..., Any] = base.call_later
+        # asyncio's call_later goes through self.call_at: call_at is then the way in.
+        self.reenters_at = base.call_later is asyncio.BaseEventLoop.call_later
+        asyncio_clock = getattr(base, "time", None) is asyncio.BaseEventLoop.time
+        self._clock: Callable[[], float] = time.monotonic if asyncio_clock else loop.time
+        self.near_call_at: Callable[..., Any] = base.call_at.__get__(loop, type(loop))
+        self.near_call_later: Callable[..., Any] = (
+            self._asyncio_call_later
+            if self.reenters_at
+            else base.call_later.__get__(loop, type(loop))
+        )
 
-    def slow_call_at(when: object, callback: object, *args: object, context: object = None) -> Any:
+    def _asyncio_call_later(
+        self, delay: float, callback: object, *args: object, context: object = None
+    ) -> Any:
+        # asyncio's call_later for a delay known to be a number and not NaN, minus its call
+        # through self.call_at back into the router.
+        handle = self._base_call_at(
+            self._loop, self._clock() + delay, callback, *args, context=context
+        )
+        if handle._source_traceback:  # asyncio's call_later drops its own frame too
+            del handle._source_traceback[-1]
+        return handle
+
+    def wake_at(self, when: float, callback: Callable[[], None]) -> Any:
+        """The engine's wake-up handle: on the heap, unpadded, whatever its distance (a
+        wheel re-checks every deadline when it runs, so a little early costs a re-file)."""
+        if self.reenters_at:
+            return self._base_call_at(self._loop, when, callback)
+        return self._base_call_later(self._loop, when - self._clock(), callback)
+
+    def slow_call_at(
+        self, when: object, callback: object, *args: object, context: object = None
+    ) -> Any:
+        """call_at with an odd argument: two refusals of ours, then the base's own answer."""
         if isinstance(when, float):
             if when != when:
                 raise ValueError("call_at() deadline must not be NaN")
         elif when is not None and not isinstance(when, numbers.Real | Decimal):
             raise TypeError(f"call_at() deadline must be a real number, got {type(when).__name__}")
-        return base_call_at(loop, when, callback, *args, context=context)
+        return self._base_call_at(self._loop, when, callback, *args, context=context)
 
     def slow_call_later(
-        delay: object, callback: object, *args: object, context: object = None
+        self, delay: object, callback: object, *args: object, context: object = None
     ) -> Any:
+        """call_later with an odd argument: NaN refused, then the base's own answer."""
         if isinstance(delay, float) and delay != delay:
             raise ValueError("call_later() delay must not be NaN")
-        if not asyncio_call_later:
-            return base_call_later(loop, delay, callback, *args, context=context)
-        # asyncio's call_later, minus its call through self.call_at back into the fast path.
-        if delay is None:
-            raise TypeError("delay must not be None")
-        return asyncio_near_call_later(delay, callback, *args, context=context)  # type: ignore[arg-type]
-
-    def asyncio_near_call_later(
-        delay: float, callback: object, *args: object, context: object = None
-    ) -> Any:
-        # asyncio's call_later for a delay known to be a number and not NaN, minus its call
-        # through self.call_at back into the fast path.
-        handle = base_call_at(loop, clock() + delay, callback, *args, context=context)
-        if handle._source_traceback:
-            del handle._source_traceback[-1]
-        return handle
-
-    # A near deadline (already known to be a number, not NaN) goes straight to the base
-    # loop's method, bound to the loop: no Python frame of ours in between (asyncio's
-    # call_later would come back through self.call_at: it gets the shortcut above).
-    clock = time.monotonic if cls.time is asyncio.BaseEventLoop.time else loop.time
-    near_call_at = base_call_at.__get__(loop, cls)
-    if asyncio_call_later:
-        near_call_later: Callable[..., Any] = asyncio_near_call_later
-    else:
-        near_call_later = base_call_later.__get__(loop, cls)
-    timer._drive_loop(loop, wake_at)
-    calls = LoopCalls(
-        timer,
-        cls._aiowheel_threshold,
-        _near_pad(base),
-        slow_call_at,
-        slow_call_later,
-        near_call_at,
-        near_call_later,
-        _debug_checks_for(loop, base),
-    )
-    loop._aiowheel_timer = timer
-    loop._aiowheel_calls = calls
-    loop._aiowheel_wake_at = wake_at  # for any other Timer bound to this loop (Engine._adopt)
-    loop.call_at = calls.call_at
-    loop.call_later = calls.call_later
+        if self.reenters_at:
+            if delay is None:  # asyncio's own message, without its trip through self.call_at
+                raise TypeError("delay must not be None")
+            return self._asyncio_call_later(delay, callback, *args, context=context)  # type: ignore[arg-type]
+        return self._base_call_later(self._loop, delay, callback, *args, context=context)
 
 
 # How late a near timer is filed on each base's heap so that it never runs before its deadline
 # by the loop's own clock. Measured with 20,000 timers 0-9 ms ahead, half call_at and half
-# call_later (tests/test_loop.py's test_never_early_near_the_loops_heap_either):
+# call_later (the never-early test of the loop-mode tests):
 # - asyncio: none early. Its heap runs a handle at most its clock's resolution (1 ns on Linux)
 #   before the deadline, and the callback's own loop.time() is always later than that.
 # - uvloop: about half early, by up to 0.5 ms: it turns a deadline into a delay in whole
@@ -277,27 +320,24 @@ def _debug_checks_for(loop: Any, base: type[Any]) -> Callable[[object, str], Non
     return thread_check
 
 
-def _loop_class(
-    base: type[asyncio.AbstractEventLoop], tick: float, threshold: float
-) -> type[asyncio.AbstractEventLoop]:
-    key = (base, tick, threshold)
-    cls = _classes.get(key)
+def _loop_class(config: LoopConfig) -> type[asyncio.AbstractEventLoop]:
+    """The loop-mode class of ``config``: one per config (few in any program)."""
+    cls = _classes.get(config)
     if cls is None:
         with _classes_lock:
-            cls = _classes.get(key)
+            cls = _classes.get(config)
             if cls is None:
+                base = config.base
                 cls = type(
                     f"Wheel{base.__name__.lstrip('_')}",
                     (_LoopMode, base),
                     {
                         "__module__": __name__,
                         "__doc__": f"{base.__name__} with its timers on an aiowheel wheel.",
-                        "_aiowheel_base": base,
-                        "_aiowheel_tick": tick,
-                        "_aiowheel_threshold": threshold,
+                        "_aiowheel_config": config,
                     },
                 )
-                _classes[key] = cls
+                _classes[config] = cls
     return cls
 
 
@@ -334,27 +374,39 @@ def loop_factory(
     >>> asyncio.run(main(), loop_factory=aiowheel.loop_factory())
     """
     checked_base = _check_base(base)
-    checked_threshold = _check_threshold(threshold)
-    Timer(tick=tick)  # validates tick, with Timer's messages, before a class is made for it
-    return LoopFactory(checked_base, float(tick), checked_threshold)
+    checked_threshold = _validate.threshold(threshold)
+    return LoopFactory(LoopConfig(checked_base, _validate.tick(tick), checked_threshold))
 
 
 class LoopFactory:
     """A zero-argument callable that makes loop-mode loops (what :func:`loop_factory` returns).
 
-    It pickles (by its base class's import path), so it can cross into worker processes:
-    uvicorn's ``--workers`` and ``--reload`` pickle their configuration, loop factory included.
+    It pickles (its :class:`LoopConfig`, the base class by its import path), so it can cross
+    into worker processes: uvicorn's ``--workers`` and ``--reload`` pickle their
+    configuration, loop factory included.
     """
 
-    __slots__ = ("_cls", "base", "threshold", "tick")
+    __slots__ = ("_cls", "config")
 
-    def __init__(
-        self, base: type[asyncio.AbstractEventLoop], tick: float, threshold: float
-    ) -> None:
-        self.base: Final = base
-        self.tick: Final = tick
-        self.threshold: Final = threshold
-        self._cls: Final = _loop_class(base, tick, threshold)
+    def __init__(self, config: LoopConfig) -> None:
+        self.config: Final = config
+        """What the loops it makes are: base, tick and threshold."""
+        self._cls: Final = _loop_class(config)
+
+    @property
+    def base(self) -> type[asyncio.AbstractEventLoop]:
+        """The base loop class (``config.base``)."""
+        return self.config.base
+
+    @property
+    def tick(self) -> float:
+        """The wheel's tick (``config.tick``)."""
+        return self.config.tick
+
+    @property
+    def threshold(self) -> float:
+        """The threshold (``config.threshold``)."""
+        return self.config.threshold
 
     def __call__(self) -> asyncio.AbstractEventLoop:
         """A new loop-mode event loop."""
@@ -362,20 +414,21 @@ class LoopFactory:
         return loop
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (LoopFactory, (self.base, self.tick, self.threshold))
+        return (LoopFactory, (self.config,))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, LoopFactory):
             return NotImplemented
-        return self._cls is other._cls
+        return self.config == other.config
 
     def __hash__(self) -> int:
-        return hash(self._cls)
+        return hash(self.config)
 
     def __repr__(self) -> str:
+        base = self.config.base
         return (
-            f"aiowheel.loop_factory({self.base.__module__}.{self.base.__qualname__}, "
-            f"tick={self.tick!r}, threshold={self.threshold!r})"
+            f"aiowheel.loop_factory({base.__module__}.{base.__qualname__}, "
+            f"tick={self.config.tick!r}, threshold={self.config.threshold!r})"
         )
 
 
@@ -405,7 +458,19 @@ def run(
 
 
 def timer_of(loop: asyncio.AbstractEventLoop) -> Timer | None:
-    """The Timer of a loop-mode loop (None for any other loop)."""
+    """The Timer of a loop-mode loop, the wheel its ``call_at`` / ``call_later`` use; None for
+    any other loop.
+
+    >>> aiowheel.timer_of(asyncio.get_running_loop())   # None unless in loop mode
+    """
     if isinstance(loop, _LoopMode):
         return loop._aiowheel_timer
+    return None
+
+
+def config_of(loop: asyncio.AbstractEventLoop) -> LoopConfig | None:
+    """The :class:`LoopConfig` (base, tick, threshold) of a loop-mode loop; None for any
+    other loop."""
+    if isinstance(loop, _LoopMode):
+        return type(loop)._aiowheel_config
     return None

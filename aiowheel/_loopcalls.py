@@ -7,7 +7,7 @@ same one :meth:`aiowheel.Timer.call_at` ends in.
 
 Where a call goes:
 
-- a float deadline (or an int one that converts exactly) at least ``near`` ahead, with a
+- a float deadline (or an int one that converts exactly) at least ``threshold`` ahead, with a
   callable, on an open engine: the wheel;
 - a nearer one, known to be a number and not NaN: straight to the base loop's own heap, padded
   by ``near_pad`` where that heap would run it early by the loop's clock (aiowheel._loop's
@@ -50,7 +50,7 @@ class LoopCalls:
     __slots__ = (
         "_debug_checks",
         "_engine",
-        "_near",
+        "_threshold",
         "_near_call_at",
         "_near_call_later",
         "_near_pad",
@@ -61,7 +61,7 @@ class LoopCalls:
     def __init__(
         self,
         engine: Engine,
-        near: float,
+        threshold: float,
         near_pad: float,
         slow_call_at: Callable[..., object],
         slow_call_later: Callable[..., object],
@@ -71,29 +71,17 @@ class LoopCalls:
     ) -> None:
         """Route calls to ``engine`` (already driving its loop: ``Engine._drive_loop``)."""
         self._engine: Final = engine
-        # Deadlines nearer than this go to the loop's own heap (inf: none come to the wheel).
-        self._near = near
+        # Deadlines nearer than this go to the loop's own heap (the config's threshold).
+        self._threshold: Final = threshold
         # Added to a near deadline handed to the loop's heap, for a base loop that would run it
         # early by its own clock (uvloop: whole milliseconds, rounded to the nearest). 0.0 for
         # the loops that never do; then the deadline goes on unchanged (int or float).
-        self._near_pad = near_pad
+        self._near_pad: Final = near_pad
         self._slow_call_at: Final = slow_call_at
         self._slow_call_later: Final = slow_call_later
         self._near_call_at: Final = near_call_at
         self._near_call_later: Final = near_call_later
         self._debug_checks: Final = debug_checks
-
-    def bypass(self) -> tuple[float, float]:
-        """Send every call to the base loop's heap, unpadded, until :meth:`restore`; returns
-        what to restore (for the engine's own wake-up handle: see aiowheel._loop)."""
-        saved = (self._near, self._near_pad)
-        self._near = inf
-        self._near_pad = 0.0
-        return saved
-
-    def restore(self, saved: tuple[float, float]) -> None:
-        """Undo :meth:`bypass`."""
-        self._near, self._near_pad = saved
 
     def call_at(
         self,
@@ -103,7 +91,7 @@ class LoopCalls:
         context: contextvars.Context | None = None,
     ) -> object:
         """``loop.call_at`` of a loop-mode loop: the wheel for a float (or int) deadline at
-        least ``near`` ahead and a callable; the slow path (the loop's own heap) otherwise."""
+        least ``threshold`` ahead and a callable; the slow path (the loop's own heap) otherwise."""
         if isinstance(when, float):
             deadline = when
         elif isinstance(when, int) and -_EXACT_INT < when < _EXACT_INT:
@@ -112,7 +100,7 @@ class LoopCalls:
             return self._slow_call_at(when, callback, *args, context=context)
         engine = self._engine
         ahead = deadline - engine._clock()
-        if ahead >= self._near:
+        if ahead >= self._threshold:
             if _callable(callback) and not engine._closed:
                 if engine._debug:
                     self._debug_checks(callback, "call_at")
@@ -140,7 +128,7 @@ class LoopCalls:
             seconds_ahead = float(delay)  # asyncio.sleep(5): an int delay is common
         else:
             return self._slow_call_later(delay, callback, *args, context=context)
-        if seconds_ahead >= self._near:
+        if seconds_ahead >= self._threshold:
             engine = self._engine
             if _callable(callback) and not engine._closed:
                 if engine._debug:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ._timer import Timer
 
 from ._errors import chained
-from ._types import Seconds, seconds
+from ._validate import Seconds, seconds
 
 __all__ = ["Timeout"]
 

@@ -32,7 +32,7 @@ from ._periodic import (
     check_period,
 )
 from ._timeout import Timeout
-from ._types import Name, Seconds, seconds
+from ._validate import Name, Seconds, seconds
 
 __all__ = ["PendingLimitError", "Timer", "TimerClosedError", "TimerStats"]
 

@@ -85,7 +85,7 @@ from heapq import heappop, heappush
 from typing import Final
 
 from ._build import mypyc_attr
-from ._types import Count
+from ._validate import Count
 
 __all__ = ["NEVER", "UNQUEUED", "Entry", "Wheel"]
 

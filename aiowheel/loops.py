@@ -32,6 +32,7 @@ __all__ = [
     "auto",
     "auto_base",
     "base_class",
+    "installed",
     "rloop",
     "uvloop",
     "zuvloop",
@@ -73,6 +74,24 @@ def base_class(name: str) -> type[asyncio.AbstractEventLoop] | None:
     probe.close()
     _classes[name] = type(probe)
     return type(probe)
+
+
+def installed() -> dict[str, type[asyncio.AbstractEventLoop] | None]:
+    """Every base loop installed here, by name (in :data:`BASES`' order), with its class
+    (None for asyncio's default loop): the loop matrix of the project's tests and benchmarks.
+
+    >>> list(aiowheel.loops.installed())
+    ['asyncio', 'uvloop', 'rloop']
+    """
+    found: dict[str, type[asyncio.AbstractEventLoop] | None] = {}
+    for name in BASES:
+        if name != "asyncio" and importlib.util.find_spec(name) is None:
+            continue
+        try:
+            found[name] = base_class(name)
+        except ImportError:  # found, but it does not import on this interpreter
+            continue
+    return found
 
 
 def asyncio_loop() -> asyncio.AbstractEventLoop:

@@ -72,7 +72,8 @@ def test_loop_factory_pickles_and_its_copy_makes_the_same_loops(base: Any) -> No
         assert type(loop) is type(factory())
         timer = timer_of(loop)
         assert timer is not None
-        assert loop._aiowheel_calls._near == 0.02  # type: ignore[attr-defined]
+        assert aiowheel.config_of(loop) == factory.config
+        assert aiowheel.config_of(loop).threshold == 0.02  # type: ignore[union-attr]
     finally:
         loop.close()
     assert "threshold=0.02" in repr(factory)

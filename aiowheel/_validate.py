@@ -1,0 +1,131 @@
+"""Validation: the types of the public API's arguments and every check made of them.
+
+One module, so that each kind of value (a number of seconds, a deadline, a period, a tick, a
+threshold, a limit, a policy name) is checked one way, with one message, at every entry point:
+the Timer's API, the timeouts, the heartbeats, the engine and loop mode all call these.
+NaN is refused one way too: ``value != value`` (the only test that holds in both builds and
+costs no call), by :func:`not_nan`.
+
+Why the types. The compiled build (mypyc) checks every annotated argument at the
+boundary of a compiled function, with its own words: ``call_later("5", cb)`` would raise
+``TypeError: float object expected; got str`` before aiowheel's own check could say
+``delay must be a real number of seconds, got str``, and ``Timer(slots=64.0)`` would be a
+TypeError instead of the documented ValueError. The bad-input contract must not depend on the
+build, so every public parameter that takes a number or a name is annotated ``T | Unchecked``:
+
+- to a type checker that is ``T``, since no value has the type :class:`Unchecked` (a protocol
+  with a method nothing defines); users keep exactly asyncio's annotations (``float`` for
+  times, so ints pass too);
+- to mypyc a union with a protocol is ``object``: no check of its own, so the value reaches
+  aiowheel's validation, and after an ``isinstance`` test mypyc knows the type again and does
+  native arithmetic (a ``float`` takes the fast path with no call at all).
+
+:func:`seconds` is the slow path for anything but a float.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Final, NoReturn, Protocol, TypeAlias
+
+__all__ = [
+    "MISSED_TICK_POLICIES",
+    "Count",
+    "Name",
+    "Seconds",
+    "Unchecked",
+    "max_pending",
+    "missed",
+    "not_nan",
+    "period",
+    "seconds",
+    "threshold",
+    "tick",
+]
+
+#: The names ``missed=`` takes (see :mod:`aiowheel._periodic`).
+MISSED_TICK_POLICIES: Final = ("burst", "delay", "skip")
+
+
+class Unchecked(Protocol):
+    """No value has this type: ``T | Unchecked`` reads as ``T`` to a type checker and as
+    ``object`` to mypyc, which then leaves argument checking to aiowheel (see the module)."""
+
+    def __aiowheel_unchecked__(self) -> NoReturn: ...
+
+
+#: A duration or a deadline on the loop's clock, in seconds: ``float`` (an ``int`` passes too).
+Seconds: TypeAlias = "float | Unchecked"
+#: A whole number (wheel ticks, slots, limits).
+Count: TypeAlias = "int | Unchecked"
+#: A choice among named options (``missed=``).
+Name: TypeAlias = "str | Unchecked"
+
+
+def seconds(name: str, value: object) -> float:
+    """``value`` as a float number of seconds, for anything but a float (which callers pass
+    through untouched): ints (a huge one is +-inf, as float arithmetic would overflow to) and
+    other real numbers (``fractions.Fraction``, NumPy scalars) convert; anything else is a
+    ``TypeError`` naming ``name`` and the type. NaN is the caller's to refuse."""
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:
+            return float("inf") if value > 0 else float("-inf")
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(f"{name} must be a real number of seconds, got {type(value).__name__}")
+
+
+def not_nan(when: float) -> float:
+    """``when``, unless it is NaN: then ValueError ("deadline must not be NaN")."""
+    if when != when:
+        raise ValueError("deadline must not be NaN")
+    return when
+
+
+def period(name: str, value: object) -> float:
+    """``value`` as a float if it is a positive, finite number of seconds; else raise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def tick(value: object) -> float:
+    """A wheel's tick: a positive, finite number of seconds (the period check, named tick)."""
+    return period("tick", value)
+
+
+def threshold(value: object) -> float:
+    """Loop mode's threshold: a non-negative, finite number of seconds."""
+    if isinstance(value, bool):  # a flag passed by mistake, not a number of seconds
+        raise TypeError("threshold must be a real number of seconds, got bool")
+    result = seconds("threshold", value)
+    if not 0 <= result < math.inf:
+        raise ValueError(
+            f"threshold must be a non-negative, finite number of seconds, got {value!r}"
+        )
+    return result
+
+
+def max_pending(value: object) -> int | None:
+    """A Timer's ``max_pending``: a positive int, or None for no limit."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"max_pending must be a positive int or None, got {value!r}")
+    return value
+
+
+def missed(value: object) -> str:
+    """``missed`` if it names a policy; else ValueError listing the valid ones."""
+    if not isinstance(value, str) or value not in MISSED_TICK_POLICIES:
+        raise ValueError(
+            f"missed must be one of {', '.join(map(repr, MISSED_TICK_POLICIES))}, got {value!r}"
+        )
+    return value
