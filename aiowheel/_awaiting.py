@@ -6,8 +6,12 @@ which Python 3.12 deprecates: every cancelled ``await timer.sleep()`` would emit
 DeprecationWarning, and under ``-W error`` raise one instead of CancelledError. So the rule of
 the compiled build is that its own ``async def`` functions never suspend; each public coroutine
 is a thin plain-Python one here, which does the synchronous work through compiled methods of
-the Timer (validation, filing, the reaper's advance and dispatch) and awaits in between. The
+the engine (validation, filing, the reaper's advance and dispatch) and awaits in between. The
 semantics stay those of a coroutine: nothing happens until it is first awaited.
+
+It sits low in the house: it imports nothing of aiowheel's at run time but the errors and the
+validators, and speaks to the engine through :class:`aiowheel._entry.Owner` and through the
+callables it is handed, so the engine, the entries and the Timer all call down into it.
 
 This module is pure Python in both builds (it is not in ``_build.COMPILED_MODULES``).
 """
@@ -15,16 +19,15 @@ This module is pure Python in both builds (it is not in ``_build.COMPILED_MODULE
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._errors import chained
+from ._validate import seconds as _seconds
 
 if TYPE_CHECKING:
-    from ._engine import Engine
-    from ._handles import TimerHandle
-    from ._periodic import Interval
-    from ._timer import Timer
+    from ._entry import Owner
     from ._validate import Seconds
 
 __all__ = ["aclose", "call", "exit", "next_tick", "reap", "sleep", "wait_for"]
@@ -32,50 +35,66 @@ __all__ = ["aclose", "call", "exit", "next_tick", "reap", "sleep", "wait_for"]
 _T = TypeVar("_T")
 
 
-async def sleep(timer: Timer, seconds: Seconds, result: _T, *, until: bool) -> _T:
+async def sleep(owner: Owner, seconds: Seconds, result: _T, *, until: bool) -> _T:
     """The body of :meth:`Timer.sleep` (``seconds`` is a delay) and :meth:`Timer.sleep_until`
     (``until``: ``seconds`` is a deadline). One coroutine per sleep."""
-    entry = timer._sleeper_at(seconds, result) if until else timer._sleeper_after(seconds, result)
+    entry = owner._sleeper_at(seconds, result) if until else owner._sleeper_after(seconds, result)
     if entry is None:  # the deadline has passed: just yield once, as asyncio.sleep(0) does
         await asyncio.sleep(0)
         return result
     try:
         return await entry._future  # type: ignore[no-any-return]
     finally:
-        if entry._prev is not None:  # cancelled: the timer leaves the wheel at once
-            timer._wheel.remove(entry)
+        owner._unfile(entry)  # cancelled: the timer leaves the wheel at once
 
 
-async def aclose(timer: Timer) -> list[TimerHandle]:
-    """The body of :meth:`Timer.aclose`: close, then wait for the reaper task to finish."""
-    reaper = timer._reaper
-    unfired = timer.close()
-    if reaper is not None and reaper is not asyncio.current_task():
+async def aclose(close: Callable[[], tuple[_T, asyncio.Task[None] | None]]) -> _T:
+    """The body of :meth:`Timer.aclose`: close, then wait for the reaper task to finish
+    (``close`` returns what aclose returns, with the task to wait for)."""
+    unfired, reaper = close()
+    if reaper is not None:
         await asyncio.wait([reaper])
     return unfired
 
 
-async def exit(timer: Timer) -> None:
+async def exit(close: Callable[[], tuple[object, asyncio.Task[None] | None]]) -> None:
     """The body of ``Timer.__aexit__`` (which must not return aclose()'s list: a true value
     would swallow the block's exception)."""
-    await aclose(timer)
+    await aclose(close)
 
 
-async def reap(timer: Engine) -> None:
-    """The reaper task: sleep until the earliest bucket is due, let the timer process it."""
+async def reap(waiter: Callable[[], Awaitable[None]], reap_due: Callable[[], None]) -> None:
+    """The reaper task: sleep until the earliest bucket is due (``waiter()``), let the engine
+    process it (``reap_due()``), forever. The engine owns the task's whole life."""
     while True:
-        await timer._reaper_waiter()
-        timer._reap_due()
+        await waiter()
+        reap_due()
 
 
-async def wait_for(timer: Timer, aw: Awaitable[_T], timeout: Seconds | None) -> _T:  # noqa: ASYNC109
-    """``asyncio.wait_for`` with 3.12+ semantics, on ``timer``'s timeouts.
+async def wait_for(
+    aw: Awaitable[_T],
+    timeout: Seconds | None,  # noqa: ASYNC109
+    make_timeout: Callable[[float | None], contextlib.AbstractAsyncContextManager[object]],
+) -> _T:
+    """``asyncio.wait_for`` with 3.12+ semantics, on ``make_timeout``'s timeouts (a Timer's
+    ``timeout``).
 
     A coroutine runs in the caller's task (no extra task); ``timeout <= 0`` cancels at once
-    and raises TimeoutError unless the awaitable is already done; None waits forever.
+    and raises TimeoutError unless the awaitable is already done; None waits forever. A
+    refused ``timeout`` closes a coroutine it was given (it will never run).
     """
-    limit = timer._wait_for_timeout(timeout)
-    if limit is not None and limit <= 0:
+    try:
+        if timeout is None or isinstance(timeout, float):
+            limit = timeout
+        else:
+            limit = _seconds("timeout", timeout)
+        guard = None if limit is not None and limit <= 0 else make_timeout(limit)
+    except BaseException:
+        if asyncio.iscoroutine(aw):
+            aw.close()
+        raise
+    if guard is None:
+        assert limit is not None
         fut = asyncio.ensure_future(aw)
         if fut.done():
             return fut.result()
@@ -84,7 +103,7 @@ async def wait_for(timer: Timer, aw: Awaitable[_T], timeout: Seconds | None) -> 
             return fut.result()
         except asyncio.CancelledError as exc:
             raise chained(TimeoutError(), exc) from exc
-    async with timer.timeout(limit):
+    async with guard:
         return await aw
 
 
@@ -105,12 +124,11 @@ async def _cancel_and_wait(fut: asyncio.Future[_T]) -> None:
         fut.remove_done_callback(release)
 
 
-async def next_tick(interval: Interval) -> float:
-    """The body of ``Interval.__anext__``."""
-    schedule = interval._schedule
-    deadline = schedule.deadline()
-    await sleep(interval._timer, deadline, None, until=True)
-    schedule.advance(interval._timer.time())
+async def next_tick(owner: Owner, deadline: float, advance: Callable[[float], None]) -> float:
+    """The body of ``Interval.__anext__``: sleep until ``deadline``, then ``advance`` the
+    schedule from the loop's clock."""
+    await sleep(owner, deadline, None, until=True)
+    advance(owner._loop_time())
     return deadline
 
 

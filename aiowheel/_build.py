@@ -32,10 +32,12 @@ else:
         """No-op stand-in for ``mypy_extensions.mypyc_attr`` at run time."""
         return lambda cls: cls
 
+
 #: The modules the compiled build compiles (setup.py's list, by module name).
 COMPILED_MODULES = (
     "_validate",
     "_wheel",
+    "_entry",
     "_handles",
     "_engine",
     "_loopcalls",

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._handles import _Timed
+    from ._entry import _Timed
 
 __all__ = ["DueCallback"]
 

@@ -3,17 +3,20 @@
 Why a class of its own. tokio's time driver keeps three things apart: the ``Handle`` users
 hold, the ``Driver`` that owns the wheel and parks the thread until the next expiration, and
 the ``entry`` with one timer's state. Kafka's ``SystemTimer`` is likewise a thin facade over
-``TimingWheel`` with the reaper apart. Here the entries are :mod:`aiowheel._handles`, the wheel
-is :mod:`aiowheel._wheel` (sans-IO), the facade is :class:`aiowheel.Timer` (validation, the
-public API, and binding lazily to the loop it is first used in, with its reaper task), and this
-is the driver: it owns the wheel, the clock, the one wake-up handle, the reaper's work and
-dispatch. Everything that files a timer ends in :meth:`Engine._call_callable` (which
-:meth:`Engine._call` reaches once it has checked the callback) or :meth:`Engine._file`: the
-Timer's API, ``Timeout``, the heartbeats, and loop mode (:mod:`aiowheel._loopcalls` puts a
-loop's ``call_at`` / ``call_later`` in front of ``_call_callable``). The hot path is written
-once, here.
-``Timer`` subclasses ``Engine`` rather than holding one: one object per wheel, no extra
-attribute hop on the API's hot path, and the other modules' entries keep taking one argument.
+``TimingWheel`` with the reaper apart. Here the entries are :mod:`aiowheel._handles`,
+:mod:`aiowheel._timeout` and :mod:`aiowheel._periodic` (sans-IO wheel: :mod:`aiowheel._wheel`),
+the facade is :class:`aiowheel.Timer` (validation, the public API and the objects it returns),
+and this is the driver, the **only owner** of the wheel and the wake-up: it alone inserts,
+moves and removes entries, arms the one loop handle, binds to a loop (the loop check and its
+slow path), starts and ends the reaper, and dispatches. Entries reach it only through
+:class:`aiowheel._entry.Owner`, the protected API it implements (file, move, push back,
+reschedule, unfile, queue, the loop check, the clock); the coroutines of
+:mod:`aiowheel._awaiting` call down to its synchronous halves. "Insert, then re-arm if that
+bucket is now the earliest" is written once, in :meth:`Engine._insert`; every filing ends
+there (Kafka's ``addTimerTaskEntry``, tokio's ``reregister``), so a virtual clock, a view of
+every pending timer or a native core each has one place to hook.
+``Timer`` subclasses ``Engine`` rather than holding one: one object per wheel, and no extra
+attribute hop on the API's hot path; the entries hold the engine as an ``Owner``.
 
 Ticks. A deadline ``when`` (loop clock, seconds) becomes tick ``ceil((when - epoch) / tick)``,
 rounded **up**, so a bucket is never processed before every deadline in it can have passed.
@@ -21,8 +24,9 @@ Rounding errors of the float arithmetic cannot make a timer early either: before
 fires, the reaper compares its exact ``when`` with ``loop.time()`` and re-files it from that
 deadline if the clock has not reached it (asyncio and uvloop may run a loop timer a little
 early; that is where this guard earns its keep). The same check makes pushing a deadline
-later free: ``Timeout.reschedule`` and ``Watchdog.feed`` only rewrite ``when``, and the entry
-is re-filed when its old bucket comes due (the wheel's lazy re-file, one level up).
+later free (:meth:`Engine._push_back`, used by ``Timeout.reschedule`` and ``Watchdog.feed``):
+only ``when`` is rewritten, and the entry is re-filed when its old bucket comes due (the
+wheel's lazy re-file, one level up).
 
 Delay queue and reaper (Kafka's DelayQueue + ExpiredOperationReaper, on the loop instead of a
 thread). The wheel keeps one heap item per non-empty bucket, keyed by the bucket's expiration
@@ -30,7 +34,8 @@ tick. One reaper Task per engine awaits a future that a single ``loop.call_at`` 
 at the earliest expiration, so there is at most one loop timer handle outstanding per engine,
 whatever the number of pending timers. ``Wheel.insert`` returns a tick when a bucket was
 queued; only if that tick is earlier than the armed one is the loop handle replaced (the
-reaper is "woken early"). While nothing is due the reaper does not wake: no periodic ticks.
+reaper is "woken early": :meth:`Engine._insert`). While nothing is due the reaper does not
+wake: no periodic ticks.
 
 Dispatch. The due callbacks of one reaper pass run, in deadline order, in *one* loop callback
 (``_run_ready``): exactly like loop callbacks (no current task, the loop's exception handler,
@@ -51,7 +56,7 @@ callback (:meth:`Engine._drive`) advances the wheel, re-arms and runs the due ca
 Any other Timer bound to such a loop keeps its task but files its wake-up on the loop's heap too.
 
 Failure. If the reaper task is cancelled from outside (``asyncio.run`` does this to every task
-at exit) or dies of a bug, the Timer closes itself (``Timer._on_reaper_done``, then
+at exit) or dies of a bug, the engine closes itself (:meth:`Engine._on_reaper_done`, then
 :meth:`Engine._shutdown`): pending sleepers and scheduled futures fail
 with :class:`TimerClosedError` naming the cause, pending callbacks are marked cancelled, and any
 later use raises RuntimeError. It never hangs silently.
@@ -69,12 +74,13 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Coroutine
-from math import ceil, floor, inf
+from math import ceil, floor
 from typing import Any, Final, Protocol
 
-from . import _debug
-from ._errors import PendingLimitError
-from ._handles import EMPTY_CONTEXT, TimerHandle, _Timed
+from . import _awaiting, _debug, _validate
+from ._entry import Owner, Sleeper, _Timed
+from ._errors import PendingLimitError, TimerClosedError
+from ._handles import EMPTY_CONTEXT, Scheduled, TimerHandle
 from ._validate import Count, Seconds
 from ._wheel import NEVER, Wheel
 
@@ -114,7 +120,6 @@ _timers_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = (
     weakref.WeakKeyDictionary()
 )
 _warned_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
-
 
 
 class _Forks:
@@ -161,14 +166,13 @@ _heap_wake_at: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WakeAt] = (
 )
 
 
-class Engine:
+class Engine(Owner):
     """The wheel on one event loop: clock, delay queue, wake-up handle, reaper and dispatch.
 
     Not public: :class:`aiowheel.Timer` is this plus the API (see the module docstring).
     """
 
     __slots__ = (
-        "__weakref__",
         "_armed",
         "_asyncio_loop",
         "_bound_loop",
@@ -201,29 +205,21 @@ class Engine:
         self, *, tick: Seconds = 0.001, slots: Count = 64, max_pending: Count | None = None
     ) -> None:
         """Create an unbound engine; see :class:`aiowheel.Timer` for the parameters."""
-        given: object = tick  # as given: the compiled build sees `tick` as a float below
-        if isinstance(tick, bool) or not isinstance(tick, int | float):
-            raise TypeError(f"tick must be a number of seconds, got {type(tick).__name__}")
-        if not 0 < tick < inf:
-            raise ValueError(f"tick must be a positive, finite number of seconds, got {given!r}")
-        limit = sys.maxsize
-        if max_pending is not None:
-            if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
-                raise ValueError(f"max_pending must be a positive int or None, got {max_pending!r}")
-            limit = max_pending
+        resolution = _validate.tick(tick)
+        limit = _validate.max_pending(max_pending)
         self._wheel: Final = Wheel(slots)  # validates slots
-        self._tick: Final = float(tick)
-        self._inverse_tick: Final = 1.0 / self._tick
+        self._tick: Final = resolution
+        self._inverse_tick: Final = 1.0 / resolution
         self._slots: Final = self._wheel.slots
-        self._limit: Final = limit
+        self._limit: Final = sys.maxsize if limit is None else limit
         # `_loop` is what the hot path compares the running loop with: None until bound and
         # again once closed, so that one identity check routes every odd case to _check_loop.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._bound_loop: asyncio.AbstractEventLoop | None = None
-        # The bound loop's thread. Pushing a deadline later (Timeout.reschedule, Watchdog.feed)
-        # rewrites one float that only the reaper reads, so the one thing it must check is the
-        # thread; comparing thread ids is ~5x cheaper on 3.11 than asking for the running loop
-        # (a getpid() system call there). No thread has id -1.
+        # The bound loop's thread. Pushing a deadline later (_push_back) rewrites one float
+        # that only the reaper reads, so the one thing it must check is the thread; comparing
+        # thread ids is ~5x cheaper on 3.11 than asking for the running loop (a getpid()
+        # system call there). No thread has id -1.
         self._thread_id = -1
         self._epoch = 0.0
         self._closed = False
@@ -249,13 +245,13 @@ class Engine:
         self._asyncio_loop: Any = None
         self._forks = 0  # _FORKS.count when _asyncio_loop was set
 
-    # -- life cycle ----------------------------------------------------------------------------
+    # -- the loop check, binding, the reaper's life ----------------------------------------------
 
     def _on_loop(self) -> bool:
         """Whether this thread's running loop is the bound one: the hot path's one check.
 
         False covers "not bound yet", "closed", "no loop running", "another loop" and
-        "another thread": the caller then calls ``Timer._check_loop``, which binds or explains.
+        "another thread": the caller then calls :meth:`_check_loop`, which binds or explains.
         """
         fast = self._asyncio_loop
         if fast is not None:
@@ -264,6 +260,79 @@ class Engine:
             self._asyncio_loop = None  # a forked child: asyncio's answer from now on
         loop = self._loop
         return loop is not None and _get_running_loop() is loop
+
+    def _check_loop(self) -> asyncio.AbstractEventLoop:
+        """The slow path behind :meth:`_on_loop`: bind (lazily, to the loop running now, with
+        a reaper task), or raise RuntimeError saying what is wrong."""
+        running = _get_running_loop()
+        if self._closed:
+            raise RuntimeError(f"Timer is closed{self._closing_cause or ''}")
+        if running is None:
+            raise RuntimeError(
+                "Timer must be used from the thread running its event loop "
+                "(no event loop is running in this thread)"
+            )
+        if self._bound_loop is None:
+            self._bind(running)
+            return running
+        if running is not self._bound_loop:
+            raise RuntimeError(f"Timer is bound to a different event loop ({self._bound_loop!r})")
+        self._thread_id = threading.get_ident()  # a loop may be run from another thread later
+        return running
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The bound loop, after the check every scheduling call makes (see :class:`Owner`)."""
+        loop = self._loop
+        if loop is None or not self._on_loop():
+            loop = self._check_loop()
+        return loop
+
+    def _loop_here(self) -> asyncio.AbstractEventLoop | None:
+        """This thread's running loop, or None (see :class:`Owner`)."""
+        if self._on_loop():
+            return self._loop
+        return _get_running_loop()
+
+    def _now(self) -> float:
+        """The bound loop's clock (a direct ``time.monotonic`` on asyncio's loops)."""
+        return self._clock()
+
+    def _loop_time(self) -> float:
+        """``loop.time()`` of the bound loop, or of the running one before binding."""
+        loop = self._bound_loop
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        return loop.time()
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Take ``loop`` and start the reaper task (see aiowheel._awaiting.reap)."""
+        self._adopt(loop)
+        # The reaper runs in an empty context: nothing of whoever started the timer leaks in.
+        reaper = loop.create_task(
+            _awaiting.reap(self._reaper_waiter, self._reap_due), context=contextvars.Context()
+        )
+        # A loop closed with timers pending must not print "Task was destroyed but it is
+        # pending!" for the reaper: asyncio drops its own pending TimerHandles silently too.
+        reaper._log_destroy_pending = False  # type: ignore[attr-defined]
+        reaper.add_done_callback(self._on_reaper_done)
+        self._reaper = reaper
+        self._loop = loop
+        self._use_thread_check(loop)
+
+    def _on_reaper_done(self, reaper: asyncio.Task[None]) -> None:
+        # A done callback, not an except clause in the reaper: a task cancelled before its
+        # first step never runs any of its code.
+        if self._closed:
+            return
+        if reaper.cancelled():
+            cause = "its reaper task was cancelled"
+        else:
+            exc = reaper.exception()
+            cause = f"its reaper task failed: {exc!r}"
+            reaper.get_loop().call_exception_handler(
+                {"message": f"aiowheel Timer closed: {cause}", "exception": exc, "task": reaper}
+            )
+        self._shutdown(TimerClosedError(f"timer closed: {cause}"), f" ({cause})")
 
     def _use_thread_check(self, loop: asyncio.AbstractEventLoop) -> None:
         """Let :meth:`_on_loop` ask ``loop`` for its thread, where that is asyncio's answer."""
@@ -316,6 +385,8 @@ class Engine:
         self._debug = enabled
 
     def _shutdown(self, exc: BaseException | None, cause: str | None) -> list[TimerHandle]:
+        """Close: cancel the wake-up and the reaper, let go of the loop, and abandon every
+        pending entry (failing it with ``exc``, or cancelling it); the unfired handles."""
         if self._closed:
             return []
         self._closed = True
@@ -352,7 +423,34 @@ class Engine:
                 unfired.append(entry)
         return unfired
 
-    # -- the hot path: every timer is filed here -----------------------------------------------
+    def _close_for_waiting(self) -> tuple[list[TimerHandle], asyncio.Task[None] | None]:
+        """Close (as ``Timer.close``) and return the unfired handles with the reaper task
+        that ``aclose`` then waits for (None: no task, or it is the caller)."""
+        reaper = self._reaper
+        unfired = self._shutdown(None, None)
+        if reaper is asyncio.current_task():
+            reaper = None
+        return unfired, reaper
+
+    # -- counters ------------------------------------------------------------------------------
+
+    def _pending(self) -> int:
+        """The exact number of pending timers."""
+        return len(self._wheel)
+
+    def _counters(self) -> tuple[int, int, int, int, float, int]:
+        """pending, fired, cancelled, wake-ups, max lateness, queued buckets."""
+        wheel = self._wheel
+        return (
+            len(wheel),
+            self._fired,
+            wheel.removed + self._cancelled_on_close,
+            self._wakeups,
+            self._max_lateness,
+            wheel.queued,
+        )
+
+    # -- filing: every timer enters the wheel through _insert ------------------------------------
 
     def _tick_for(self, when: float) -> int:
         """The tick of deadline ``when``, rounded up; NEVER for +inf. ValueError for NaN."""
@@ -384,6 +482,64 @@ class Engine:
             raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
         return tick
 
+    def _insert(self, entry: _Timed, tick: int) -> None:
+        """The one place a timer enters the wheel: insert it, and if its bucket is now the
+        earliest, move the wake-up earlier (Kafka's addTimerTaskEntry, tokio's reregister)."""
+        if self._wheel.insert(entry, tick) < self._armed:
+            self._arm()
+
+    def _file(self, entry: _Timed, when: float) -> None:
+        """Put an unlinked entry in the wheel for deadline ``when`` (see :class:`Owner`)."""
+        tick = self._admit(when)
+        entry._when = when
+        self._insert(entry, tick)
+
+    def _move(self, entry: _Timed, when: float) -> None:
+        """Give ``entry`` the deadline ``when`` (see :class:`Owner`)."""
+        if entry._prev is None:
+            self._file(entry, when)
+        elif when >= entry._when:
+            entry._when = when  # lazy: re-filed from `_when` when its bucket comes due
+        else:
+            tick = self._tick_for(when)
+            entry._when = when
+            if self._wheel.move(entry, tick) < self._armed:
+                self._arm()
+
+    def _push_back(self, entry: _Timed, when: float) -> bool:
+        """The lazy move later, for the hot paths (see :class:`Owner`): a thread check, a
+        clock read, two comparisons and one store. (A closed engine has unlinked every entry
+        and has no thread, so it always answers False.)"""
+        if (
+            entry._prev is not None
+            and when >= entry._when
+            and _get_ident() == self._thread_id
+            and when > self._clock()
+        ):
+            entry._when = when
+            return True
+        return False
+
+    def _set_deadline(self, entry: _Timed, when: float | None) -> asyncio.AbstractEventLoop | None:
+        """Check the loop, then give ``entry`` the deadline ``when`` (see :class:`Owner`):
+        the loop if ``when`` has already passed (the entry is then out of the wheel), None
+        otherwise."""
+        loop = self._running_loop()
+        if when is None:
+            self._unfile(entry)
+            return None
+        if when <= self._clock():
+            self._unfile(entry)
+            return loop
+        self._move(entry, when)  # NaN is refused here, before anything changes
+        return None
+
+    def _unfile(self, entry: _Timed) -> bool:
+        """Take ``entry`` out of the wheel if it is in it; True if it was."""
+        if entry._prev is not None:
+            return self._wheel.remove(entry)
+        return False
+
     def _call(
         self,
         when: float,
@@ -408,32 +564,56 @@ class Engine:
         if self._debug:
             _check_not_coroutine_function(callback)
         tick = self._admit(when)
-        wheel = self._wheel
         if context is None:
             context = _copy_context()
             if not context:
                 context = EMPTY_CONTEXT
-        handle = TimerHandle(when, callback, args, context, wheel)
-        if wheel.insert(handle, tick) < self._armed:
-            self._arm()
+        handle = TimerHandle(when, callback, args, context, self)
+        self._insert(handle, tick)
         return handle
 
-    def _file(self, entry: _Timed, when: float) -> None:
-        """Put an unlinked entry in the wheel for deadline ``when`` (for the other modules).
-
-        The caller has checked the loop; raises like :meth:`call_at` on a bad ``when`` or when
-        ``max_pending`` is reached, leaving the timer unchanged.
-        """
+    def _schedule(
+        self,
+        when: float,
+        target: Coroutine[Any, Any, Any] | Callable[..., Any],
+        args: tuple[object, ...],
+    ) -> asyncio.Future[Any]:
+        """File a :class:`~aiowheel._handles.Scheduled` start of ``target`` (checked by the
+        caller) for ``when``; the future the user holds."""
         tick = self._admit(when)
-        wheel = self._wheel
-        entry._when = when
-        if wheel.insert(entry, tick) < self._armed:
-            self._arm()
+        loop = self._bound_loop
+        assert loop is not None
+        future: asyncio.Future[Any] = loop.create_future()
+        entry = Scheduled(when, future, target, args, _copy_context(), self)
+        self._insert(entry, tick)
+        return future
 
-    def _unfile(self, entry: _Timed) -> None:
-        """Take an entry out of the wheel if it is in it."""
-        if entry._prev is not None:
-            self._wheel.remove(entry)
+    def _sleeper_at(self, deadline: Seconds, result: object) -> Sleeper | None:
+        """The synchronous half of ``sleep_until`` (see :class:`Owner`)."""
+        if not self._on_loop():
+            self._check_loop()
+        if not isinstance(deadline, float):
+            deadline = _validate.seconds("deadline", deadline)
+        return self._sleeper(deadline, result)
+
+    def _sleeper_after(self, delay: Seconds, result: object) -> Sleeper | None:
+        """The synchronous half of ``sleep`` (see :class:`Owner`)."""
+        if not self._on_loop():
+            self._check_loop()
+        if not isinstance(delay, float):
+            delay = _validate.seconds("delay", delay)
+        return self._sleeper(self._clock() + delay, result)
+
+    def _sleeper(self, deadline: float, result: object) -> Sleeper | None:
+        """File a sleeper for ``deadline``; None if it has passed (then just yield once)."""
+        tick = self._admit(deadline)
+        if deadline <= self._clock():
+            return None
+        loop = self._bound_loop
+        assert loop is not None
+        entry = Sleeper(deadline, loop.create_future(), result)
+        self._insert(entry, tick)
+        return entry
 
     # -- the delay queue and the reaper --------------------------------------------------------
 
@@ -499,6 +679,18 @@ class Engine:
         if self._ready:
             self._dispatch_ready(inline=True)
 
+    def _queue(self, entry: _Timed) -> None:
+        """Run ``entry._run()`` in this pass's batch of due callbacks (see :class:`Owner`)."""
+        self._ready.append(entry)
+
+    def _create_task(
+        self, coro: Coroutine[Any, Any, Any], context: contextvars.Context
+    ) -> asyncio.Task[Any]:
+        """Start ``coro`` as a task of the bound loop, in ``context``."""
+        loop = self._bound_loop
+        assert loop is not None
+        return loop.create_task(coro, context=context)
+
     def _dispatch_ready(self, inline: bool) -> None:
         """Hand the due callbacks collected in ``_ready`` to the loop.
 
@@ -543,8 +735,8 @@ class Engine:
             when = entry._when
             if when > now:
                 # Not due after all: its deadline was pushed back without touching the wheel
-                # (Timeout.reschedule, Watchdog.feed: the lazy re-file), or float rounding put
-                # it a hair early. File it again from the exact deadline.
+                # (_push_back: the lazy re-file), or float rounding put it a hair early. File
+                # it again from the exact deadline.
                 tick = self._tick_for(when)
                 wheel.insert(entry, tick if tick > now_tick else now_tick + 1)
                 continue
@@ -559,13 +751,6 @@ class Engine:
                 )
         self._fired += fired
         self._max_lateness = lateness
-
-    def _loop_create_task(
-        self, coro: Coroutine[Any, Any, Any], context: contextvars.Context
-    ) -> asyncio.Task[Any]:
-        loop = self._bound_loop
-        assert loop is not None
-        return loop.create_task(coro, context=context)
 
 
 def _run_ready(batch: list[_Timed]) -> None:

@@ -1,11 +1,11 @@
-"""The handles users hold, and the wheel entries behind sleepers and scheduled coroutines.
+"""The handles users hold: call_at's TimerHandle, and the entry behind schedule_at.
 
 Every timer is exactly one object: the handle *is* the wheel entry (it subclasses
-:class:`aiowheel._wheel.Entry`), so arming a timer allocates one object and cancelling it
-unlinks that object from its bucket. ``_Timed`` adds the float deadline (``when``, exact, as
-the user gave it; the wheel only knows the rounded-up tick) and what the Timer asks of its
-entries: ``_fire`` when it is due, ``_run`` for a callback ``_fire`` queued in the timer's
-batch of due callbacks, and ``_abandon`` when the timer closes under it.
+:class:`aiowheel._entry._Timed`, a wheel ``Entry`` with an exact deadline), so
+arming a timer allocates one object and cancelling it unlinks that object from its bucket.
+A handle holds the engine that filed it as an :class:`~aiowheel._entry.Owner` and asks it,
+never the wheel, to take it out (``_unfile``), to run it in the batch of due callbacks
+(``_queue``) or to start a task (``_create_task``).
 
 Plain classes with ``__slots__`` and full annotations, no dynamic attributes: the planned
 compiled build (mypyc) must be able to take this module unchanged.
@@ -16,15 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from . import _awaiting
-from ._wheel import Entry, Wheel
+from ._entry import Owner, _Timed
 
-if TYPE_CHECKING:
-    from ._engine import Engine
-
-__all__ = ["TimerHandle"]
+__all__ = ["EMPTY_CONTEXT", "Scheduled", "TimerHandle"]
 
 # A snapshot of an empty context, shared by every callback scheduled from a context with no
 # variables set (the common case): saves one Context object per pending timer. Each run gets a
@@ -40,26 +37,6 @@ _CANCELLED: Final = -3
 _FATES: Final = {_DISPATCHED: "dispatched", _RAN: "ran", _CANCELLED: "cancelled"}
 
 
-class _Timed(Entry):
-    """A wheel entry with an exact float deadline, fired and abandoned by a Timer."""
-
-    __slots__ = ("_when",)
-
-    _when: float
-
-    def _fire(self, timer: Engine) -> None:
-        """The deadline has passed (by the loop's clock): do what this timer is for."""
-        raise NotImplementedError
-
-    def _abandon(self, exc: BaseException | None) -> None:
-        """The timer closed with this entry pending: cancel it, or fail it with ``exc``."""
-        raise NotImplementedError
-
-    def _run(self) -> None:
-        """Run a callback ``_fire`` queued in ``timer._ready`` (see Engine's _run_ready)."""
-        raise NotImplementedError
-
-
 class TimerHandle(_Timed):
     """A callback scheduled with :meth:`Timer.call_at` or :meth:`Timer.call_later`.
 
@@ -67,12 +44,12 @@ class TimerHandle(_Timed):
     tells whether it did anything.
     """
 
-    __slots__ = ("_args", "_callback", "_context", "_wheel")
+    __slots__ = ("_args", "_callback", "_context", "_owner")
 
     _callback: Callable[..., object] | None
     _args: tuple[object, ...] | None
     _context: contextvars.Context
-    _wheel: Wheel
+    _owner: Owner
 
     def __init__(
         self,
@@ -80,7 +57,7 @@ class TimerHandle(_Timed):
         callback: Callable[..., object],
         args: tuple[object, ...],
         context: contextvars.Context,
-        wheel: Wheel,
+        owner: Owner,
     ) -> None:
         # Every slot is set here with no super().__init__() call (this runs once per
         # call_later, where one Python-level call is ~10% of the cost), except _next and
@@ -90,7 +67,7 @@ class TimerHandle(_Timed):
         self._callback = callback
         self._args = args
         self._context = context
-        self._wheel = wheel
+        self._owner = owner
 
     def when(self) -> float:
         """The deadline, in the loop's clock, exactly as scheduled."""
@@ -111,7 +88,7 @@ class TimerHandle(_Timed):
         """Cancel the callback. True if this call cancelled it; False if it had already run
         or been cancelled. A pending handle leaves the wheel at once (O(1))."""
         if self._prev is not None:
-            self._wheel.remove(self)
+            self._owner._unfile(self)
         elif self._tick != _DISPATCHED:
             return False
         self._tick = _CANCELLED
@@ -128,13 +105,13 @@ class TimerHandle(_Timed):
         callback = "" if self._callback is None else f" {_callback_repr(self._callback)}"
         return f"<TimerHandle when={self._when!r}{callback} {state}>"
 
-    def _fire(self, timer: Engine) -> None:
-        # Queued for Engine's _run_ready, which runs in a loop callback, not inside the reaper
+    def _fire(self, owner: Owner) -> None:
+        # Queued in the engine's batch, which runs in a loop callback, not inside the reaper
         # task: the callback runs exactly as a loop.call_at callback does (no current task,
         # the loop's exception handler, KeyboardInterrupt leaves the loop) and nothing it
         # does can hurt the reaper. One loop callback per batch, not one per timer.
         self._tick = _DISPATCHED
-        timer._ready.append(self)
+        owner._queue(self)
 
     def _run(self) -> None:
         """Run the callback now, in its context, reporting an exception like the loop does."""
@@ -166,36 +143,6 @@ class TimerHandle(_Timed):
         self._args = None
 
 
-class Sleeper(_Timed):
-    """The entry behind ``await timer.sleep_until()``: resolves a future."""
-
-    __slots__ = ("_future", "_result")
-
-    _future: asyncio.Future[Any]
-    _result: object
-
-    def __init__(self, when: float, future: asyncio.Future[Any], result: object) -> None:
-        self._prev = None
-        self._next = None
-        self._tick = 0
-        self._when = when
-        self._future = future
-        self._result = result
-
-    def _fire(self, timer: Engine) -> None:
-        future = self._future
-        if not future.done():
-            future.set_result(self._result)
-
-    def _abandon(self, exc: BaseException | None) -> None:
-        future = self._future
-        if not future.done():
-            if exc is None:
-                future.cancel()
-            else:
-                future.set_exception(exc)
-
-
 class Scheduled(_Timed):
     """The entry behind :meth:`Timer.schedule_at`: starts a task at the deadline.
 
@@ -204,14 +151,14 @@ class Scheduled(_Timed):
     it after dispatch cancels the running task. The task's outcome resolves the future.
     """
 
-    __slots__ = ("_args", "_context", "_future", "_target", "_task", "_wheel")
+    __slots__ = ("_args", "_context", "_future", "_owner", "_target", "_task")
 
     _future: asyncio.Future[Any]
     _target: Coroutine[Any, Any, Any] | Callable[..., Any] | None
     _args: tuple[object, ...]
     _context: contextvars.Context
     _task: asyncio.Task[Any] | None
-    _wheel: Wheel
+    _owner: Owner
 
     def __init__(
         self,
@@ -220,7 +167,7 @@ class Scheduled(_Timed):
         target: Coroutine[Any, Any, Any] | Callable[..., Any],
         args: tuple[object, ...],
         context: contextvars.Context,
-        wheel: Wheel,
+        owner: Owner,
     ) -> None:
         self._prev = None
         self._next = None
@@ -231,23 +178,23 @@ class Scheduled(_Timed):
         self._args = args
         self._context = context
         self._task = None
-        self._wheel = wheel
+        self._owner = owner
         future.add_done_callback(self._on_future_done)
 
-    def _fire(self, timer: Engine) -> None:
+    def _fire(self, owner: Owner) -> None:
         target = self._target
         self._target = None
         if target is None or self._future.done():
             return
         coro = target if asyncio.iscoroutine(target) else _awaiting.call(target, self._args)
-        task = timer._loop_create_task(coro, self._context)
+        task = owner._create_task(coro, self._context)
         self._task = task
         task.add_done_callback(self._on_task_done)
 
     def _on_future_done(self, future: asyncio.Future[Any]) -> None:
         if not future.cancelled():
             return
-        if self._wheel.remove(self):
+        if self._owner._unfile(self):
             self._close_target()
         elif self._task is not None:
             self._task.cancel()

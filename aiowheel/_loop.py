@@ -64,7 +64,6 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from decimal import Decimal
-from math import inf
 from typing import Any, Final, TypeVar
 
 from . import _validate

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable
-from math import inf
 from typing import Final
 
 from ._engine import Engine
@@ -50,12 +49,12 @@ class LoopCalls:
     __slots__ = (
         "_debug_checks",
         "_engine",
-        "_threshold",
         "_near_call_at",
         "_near_call_later",
         "_near_pad",
         "_slow_call_at",
         "_slow_call_later",
+        "_threshold",
     )
 
     def __init__(

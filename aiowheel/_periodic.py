@@ -23,40 +23,13 @@ import asyncio
 import contextvars
 import inspect
 import math
-import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any
 
 from . import _awaiting
-from ._handles import _Timed
+from ._entry import Owner, _Timed
 
-if TYPE_CHECKING:
-    from ._engine import Engine
-    from ._timer import Timer
-
-__all__ = ["MISSED_TICK_POLICIES", "Interval", "PeriodicHandle", "Watchdog"]
-
-MISSED_TICK_POLICIES: Final = ("burst", "delay", "skip")
-
-_get_ident: Final = threading.get_ident
-
-
-def check_period(name: str, value: object) -> float:
-    """``value`` as a float if it is a positive, finite number of seconds; else raise."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not 0 < value < math.inf:
-        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
-    return float(value)
-
-
-def check_missed(missed: object) -> str:
-    """``missed`` if it names a policy; else ValueError listing the valid ones."""
-    if not isinstance(missed, str) or missed not in MISSED_TICK_POLICIES:
-        raise ValueError(
-            f"missed must be one of {', '.join(map(repr, MISSED_TICK_POLICIES))}, got {missed!r}"
-        )
-    return missed
+__all__ = ["Interval", "PeriodicHandle", "Watchdog"]
 
 
 class _Schedule:
@@ -96,18 +69,18 @@ class _Schedule:
 class _Runner(_Timed):
     """A wheel entry that runs a user callback, sync or async, when it fires."""
 
-    __slots__ = ("_args", "_callback", "_context", "_is_async", "_task", "_timer")
+    __slots__ = ("_args", "_callback", "_context", "_is_async", "_owner", "_task")
 
     _is_async: bool
     _callback: Callable[..., Any]
     _args: tuple[object, ...]
     _context: contextvars.Context
     _task: asyncio.Task[Any] | None
-    _timer: Timer
+    _owner: Owner
 
     def __init__(
         self,
-        timer: Timer,
+        owner: Owner,
         when: float,
         callback: Callable[..., Any],
         args: tuple[object, ...],
@@ -115,7 +88,7 @@ class _Runner(_Timed):
     ) -> None:
         super().__init__()
         self._when = when
-        self._timer = timer
+        self._owner = owner
         self._callback = callback
         self._args = args
         self._context = context
@@ -131,7 +104,7 @@ class _Runner(_Timed):
         task = self._task
         return task is not None and not task.done()
 
-    def _start_run(self, timer: Engine) -> None:
+    def _start_run(self, owner: Owner) -> None:
         # Each run gets its own copy of the captured context, as separate loop callbacks do.
         # A sync callback joins the timer's batch of due callbacks (one loop callback runs
         # them all); an async one starts as a task at once.
@@ -142,11 +115,11 @@ class _Runner(_Timed):
             except Exception as exc:  # e.g. wrong arguments: a failed run, not a dead timer
                 self._report(asyncio.get_running_loop(), exc)
                 return
-            task = timer._loop_create_task(coro, context)
+            task = owner._create_task(coro, context)
             task.add_done_callback(self._on_run_done)
             self._task = task
         else:
-            timer._ready.append(self)
+            owner._queue(self)
 
     def _run(self) -> None:
         if not self._active():
@@ -202,13 +175,13 @@ class PeriodicHandle(_Runner):
 
     def __init__(
         self,
-        timer: Timer,
+        owner: Owner,
         schedule: _Schedule,
         callback: Callable[..., Any],
         args: tuple[object, ...],
         context: contextvars.Context,
     ) -> None:
-        super().__init__(timer, schedule.deadline(), callback, args, context)
+        super().__init__(owner, schedule.deadline(), callback, args, context)
         self._schedule = schedule
         self._count = 0
         self._cancelled = False
@@ -232,7 +205,7 @@ class PeriodicHandle(_Runner):
         if self._cancelled:
             return False
         self._cancelled = True
-        self._timer._unfile(self)
+        self._owner._unfile(self)
         self._cancel_run()
         return True
 
@@ -247,14 +220,14 @@ class PeriodicHandle(_Runner):
     def _active(self) -> bool:
         return not self._cancelled
 
-    def _fire(self, timer: Engine) -> None:
+    def _fire(self, owner: Owner) -> None:
         if self._running():
             self._schedule.skipped += 1  # the previous async run is still going
         else:
             self._count += 1
-            self._start_run(timer)
-        self._schedule.advance(timer._clock())
-        timer._file(self, self._schedule.deadline())
+            self._start_run(owner)
+        self._schedule.advance(owner._now())
+        owner._file(self, self._schedule.deadline())
 
     def _abandon(self, exc: BaseException | None) -> None:
         self._cancelled = True
@@ -274,13 +247,13 @@ class Watchdog(_Runner):
 
     def __init__(
         self,
-        timer: Timer,
+        owner: Owner,
         timeout: float,
         callback: Callable[..., Any],
         args: tuple[object, ...],
         context: contextvars.Context,
     ) -> None:
-        super().__init__(timer, timer.time() + timeout, callback, args, context)
+        super().__init__(owner, owner._loop_time() + timeout, callback, args, context)
         self._timeout = timeout
         self._state = "armed"
 
@@ -300,14 +273,14 @@ class Watchdog(_Runner):
         """
         if self._prev is None:
             return False
-        # Only the exact deadline moves: the entry keeps its bucket and wheel tick, and the
-        # reaper re-files it from `_when` when that bucket comes due (the lazy re-file). The
-        # only check this needs is the thread (see Engine._thread_id): this runs on every message.
-        # (A closed timer has unlinked every entry, so it was answered above.)
-        timer = self._timer
-        if _get_ident() != timer._thread_id:
-            timer._check_loop()  # raises: another thread (or a closed timer)
-        self._when = timer._clock() + self._timeout
+        # Only the exact deadline moves (the engine's lazy push-back): the entry keeps its
+        # bucket and is re-filed from `_when` when that bucket comes due. This runs on every
+        # message from the peer. (A closed timer has unlinked every entry: answered above.)
+        owner = self._owner
+        when = owner._now() + self._timeout
+        if not owner._push_back(self, when):
+            owner._running_loop()  # raises for another thread (or loop)
+            owner._move(self, when)
         return True
 
     def cancel(self) -> bool:
@@ -319,7 +292,7 @@ class Watchdog(_Runner):
             return False
         # "armed", "firing" (a sync on_expire queued in the timer's batch), or a running task.
         self._state = "cancelled"
-        self._timer._unfile(self)
+        self._owner._unfile(self)
         self._cancel_run()
         return True
 
@@ -339,11 +312,11 @@ class Watchdog(_Runner):
         self._state = "expired"
         super()._run()
 
-    def _fire(self, timer: Engine) -> None:
+    def _fire(self, owner: Owner) -> None:
         # A sync on_expire waits in the timer's batch ("firing": cancel() can still stop it,
         # as TimerHandle.cancel() can); an async one starts as a task at once.
         self._state = "expired" if self._is_async else "firing"
-        self._start_run(timer)
+        self._start_run(owner)
 
     def _abandon(self, exc: BaseException | None) -> None:
         self._state = "cancelled"
@@ -356,10 +329,10 @@ class Interval(AsyncIterator[float]):
     or cancelling the consuming task leaves nothing pending.
     """
 
-    __slots__ = ("_schedule", "_timer")
+    __slots__ = ("_owner", "_schedule")
 
-    def __init__(self, timer: Timer, schedule: _Schedule) -> None:
-        self._timer = timer
+    def __init__(self, owner: Owner, schedule: _Schedule) -> None:
+        self._owner = owner
         self._schedule = schedule
 
     @property
@@ -371,4 +344,5 @@ class Interval(AsyncIterator[float]):
         return self
 
     def __anext__(self) -> Coroutine[Any, Any, float]:
-        return _awaiting.next_tick(self)
+        schedule = self._schedule
+        return _awaiting.next_tick(self._owner, schedule.deadline(), schedule.advance)

@@ -21,27 +21,16 @@ from __future__ import annotations
 import asyncio
 import enum
 import sys
-import threading
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, TypeVar, final
+from typing import Final, TypeVar, final
 
-from ._handles import _Timed
-
-if TYPE_CHECKING:
-    from ._engine import Engine
-    from ._timer import Timer
-
+from ._entry import Owner, _Timed
 from ._errors import chained
 from ._validate import Seconds, seconds
 
 __all__ = ["Timeout"]
 
 _T = TypeVar("_T")
-
-# 3.13 also inserts the TimeoutError into the context chain of a foreign exception raised
-# while the timeout was expiring (gh-113848); 3.11 and 3.12 only convert CancelledError.
-_get_running_loop: Final = asyncio._get_running_loop
-_get_ident: Final = threading.get_ident
 
 if sys.version_info >= (3, 12):
     from _asyncio import current_task as _current_task  # the C function
@@ -56,6 +45,8 @@ else:
         return _current_tasks.get(loop)
 
 
+# 3.13 also inserts the TimeoutError into the context chain of a foreign exception raised
+# while the timeout was expiring (gh-113848); 3.11 and 3.12 only convert CancelledError.
 _THREAD_TIMEOUT_INTO_FOREIGN_EXCEPTIONS: Final = sys.version_info >= (3, 13)
 
 
@@ -88,24 +79,24 @@ class Timeout(_Timed):
             cm.reschedule(timer.time() + 10)   # push it back: O(1)
     """
 
-    __slots__ = ("_cancelling", "_deadline", "_soon", "_state", "_task", "_timer")
+    __slots__ = ("_cancelling", "_deadline", "_owner", "_soon", "_state", "_task")
 
     _deadline: float | None
     _state: _State
     _task: asyncio.Task[object] | None
-    _timer: Timer
+    _owner: Owner
     _cancelling: int
     _soon: asyncio.Handle | None
 
-    def __init__(self, when: float | None, timer: Timer) -> None:
-        """Create a timeout for loop time ``when`` (None: never) on ``timer``."""
+    def __init__(self, when: float | None, owner: Owner) -> None:
+        """Create a timeout for loop time ``when`` (None: never) on ``owner`` (a Timer)."""
         # _next, _tick and _when are set when the wheel takes it: one store each saved on
         # the path every request takes (nothing reads them while _prev is None).
         self._prev = None
         self._deadline = when
         self._state = _CREATED
         self._task = None
-        self._timer = timer
+        self._owner = owner
         self._cancelling = 0
         self._soon = None
 
@@ -122,44 +113,25 @@ class Timeout(_Timed):
             if self._state is _CREATED:
                 raise RuntimeError("Timeout has not been entered")
             raise RuntimeError(f"Cannot change state of {self._state.value} Timeout")
-        # The idle-timeout pattern calls this on every read, so a later deadline costs a
-        # thread check, a clock read, two comparisons and two stores: the entry keeps its
-        # bucket and wheel tick, and the reaper re-files it from `_when` when that bucket
-        # comes due (the wheel's lazy re-file, one level up: not even the tick is computed).
-        # While filed in the wheel, _soon is None (the two never coexist), and the timer is
-        # open (closing unlinks every entry).
-        timer = self._timer
+        # The idle-timeout pattern calls this on every read: a later deadline is the
+        # engine's lazy push-back (a thread check, a clock read, two comparisons, one store;
+        # the entry keeps its bucket and is re-filed from `_when` when that bucket comes due).
+        # While filed in the wheel, _soon is None (the two never coexist).
         if when is not None and not isinstance(when, float):
             when = seconds("deadline", when)  # a bad deadline changes nothing
-        if (
-            self._prev is not None
-            and when is not None
-            and when >= self._when
-            and _get_ident() == timer._thread_id
-            and when > timer._clock()
-        ):
-            self._deadline = self._when = when
+        owner = self._owner
+        if when is not None and owner._push_back(self, when):
+            self._deadline = when
             return
-        loop = timer._loop
-        if loop is None or not timer._on_loop():
-            loop = timer._check_loop()
-        tick = 0 if when is None else timer._tick_for(when)  # NaN changes nothing either
+        # Checked (loop, NaN, max_pending) before anything of this timeout changes.
+        passed = owner._set_deadline(self, when)
         self._deadline = when
         soon = self._soon
         if soon is not None:
             soon.cancel()
             self._soon = None
-        if when is None:
-            timer._unfile(self)
-        elif when <= loop.time():
-            timer._unfile(self)
-            self._soon = loop.call_soon(self._on_timeout)
-        elif self._prev is not None:
-            self._when = when
-            if timer._wheel.move(self, tick) < timer._armed:
-                timer._arm()
-        else:
-            timer._file(self, when)
+        if passed is not None:
+            self._soon = passed.call_soon(self._on_timeout)
 
     def expired(self) -> bool:
         """Is timeout expired during execution?"""
@@ -177,24 +149,19 @@ class Timeout(_Timed):
         """Arm the timeout around the block."""
         if self._state is not _CREATED:
             raise RuntimeError("Timeout has already been entered")
-        timer = self._timer
-        loop = timer._loop
-        if loop is None or not timer._on_loop():
-            loop = _get_running_loop()
+        owner = self._owner
+        loop = owner._loop_here()
         task = None if loop is None else _current_task(loop)
         if task is None:
             raise RuntimeError("Timeout should be used inside a task")
         when = self._deadline
         if when is not None:
-            # reschedule(when), minus the checks the constructor already made: the common
-            # case of a future deadline is one wheel insert. Filed before the state changes,
-            # so that a refusal (max_pending) leaves the timeout not entered.
-            if loop is None or loop is not timer._loop:
-                loop = timer._check_loop()
-            if when <= timer._clock():
-                self._soon = loop.call_soon(self._on_timeout)
-            else:
-                timer._file(self, when)
+            # Filed before the state changes, so that a refusal (another loop, max_pending)
+            # leaves the timeout not entered; a deadline already passed is handed to
+            # loop.call_soon, as asyncio does.
+            passed = owner._set_deadline(self, when)
+            if passed is not None:
+                self._soon = passed.call_soon(self._on_timeout)
         self._state = _ENTERED
         self._task = task
         self._cancelling = task.cancelling()
@@ -209,7 +176,7 @@ class Timeout(_Timed):
         """Disarm; turn this timeout's own cancellation into TimeoutError."""
         assert self._state in (_ENTERED, _EXPIRING)
         if self._prev is not None:
-            self._timer._wheel.remove(self)
+            self._owner._unfile(self)
         soon = self._soon
         if soon is not None:
             soon.cancel()
@@ -246,7 +213,7 @@ class Timeout(_Timed):
         self._state = _EXPIRING
         self._soon = None
 
-    def _fire(self, timer: Engine) -> None:
+    def _fire(self, owner: Owner) -> None:
         self._on_timeout()
 
     def _abandon(self, exc: BaseException | None) -> None:

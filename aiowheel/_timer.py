@@ -2,35 +2,28 @@
 
 This module is the facade (tokio's ``Handle``, Kafka's ``SystemTimer``): each method checks
 the running loop and its arguments, with asyncio's messages, then hands a valid timer to the
-engine (:mod:`aiowheel._engine`), which owns the wheel, the clock, the wake-up handle, the
-reaper and dispatch. The theory of operation (ticks, the delay queue, dispatch, failure) is
-the engine's docstring. What is here: which checks each call makes and in what order, so that
-bad input raises a clear error and changes nothing; the coroutines' synchronous halves (their
-``await`` lives in :mod:`aiowheel._awaiting`); and the objects the API returns.
+engine (:mod:`aiowheel._engine`), which alone owns the wheel, the clock, the wake-up handle,
+the loop binding, the reaper and dispatch. The theory of operation (ticks, the delay queue,
+dispatch, failure) is the engine's docstring. What is here: which checks each call makes and
+in what order, so that bad input raises a clear error and changes nothing (the checks
+themselves are :mod:`aiowheel._validate`'s), and the objects the API returns. Nothing here
+touches the wheel or the wake-up: every timer is filed by an engine method.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import _awaiting
+from . import _awaiting, _validate
 from ._build import COMPILED_MODULES, is_compiled
-from ._engine import Engine, _get_running_loop
+from ._engine import Engine
 from ._errors import PendingLimitError, TimerClosedError
-from ._handles import Scheduled, Sleeper, TimerHandle
-from ._periodic import (
-    Interval,
-    PeriodicHandle,
-    Watchdog,
-    _Schedule,
-    check_missed,
-    check_period,
-)
+from ._handles import TimerHandle
+from ._periodic import Interval, PeriodicHandle, Watchdog, _Schedule
 from ._timeout import Timeout
 from ._validate import Name, Seconds, seconds
 
@@ -78,71 +71,18 @@ class Timer(Engine):
 
     # -- life cycle ----------------------------------------------------------------------------
 
-    # A Timer binds lazily, on first use, to the loop running then: its hot paths call
-    # Engine._on_loop, and every other case comes here. The reaper is a task (a loop-mode
-    # loop's own engine has none: aiowheel._loop).
-
-    def _check_loop(self) -> asyncio.AbstractEventLoop:
-        """The slow path behind the hot path's loop check: bind, or explain what is wrong."""
-        running = _get_running_loop()
-        if self._closed:
-            raise RuntimeError(f"Timer is closed{self._closing_cause or ''}")
-        if running is None:
-            raise RuntimeError(
-                "Timer must be used from the thread running its event loop "
-                "(no event loop is running in this thread)"
-            )
-        if self._bound_loop is None:
-            self._bind(running)
-            return running
-        if running is not self._bound_loop:
-            raise RuntimeError(f"Timer is bound to a different event loop ({self._bound_loop!r})")
-        self._thread_id = threading.get_ident()  # a loop may be run from another thread later
-        return running
-
-    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Take ``loop`` and start the reaper task over the engine (see aiowheel._awaiting)."""
-        self._adopt(loop)
-        # The reaper runs in an empty context: nothing of whoever started the timer leaks in.
-        self._reaper = loop.create_task(_awaiting.reap(self), context=contextvars.Context())
-        # A loop closed with timers pending must not print "Task was destroyed but it is
-        # pending!" for the reaper: asyncio drops its own pending TimerHandles silently too.
-        self._reaper._log_destroy_pending = False  # type: ignore[attr-defined]
-        self._reaper.add_done_callback(self._on_reaper_done)
-        self._loop = loop
-        self._use_thread_check(loop)
-
-    def _on_reaper_done(self, reaper: asyncio.Task[None]) -> None:
-        # A done callback, not an except clause in _reap: a task cancelled before its first
-        # step never runs any of its code.
-        if self._closed:
-            return
-        if reaper.cancelled():
-            cause = "its reaper task was cancelled"
-        else:
-            exc = reaper.exception()
-            cause = f"its reaper task failed: {exc!r}"
-            reaper.get_loop().call_exception_handler(
-                {"message": f"aiowheel Timer closed: {cause}", "exception": exc, "task": reaper}
-            )
-        self._shutdown(TimerClosedError(f"timer closed: {cause}"), f" ({cause})")
-
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop, after the same check every scheduling call makes."""
-        loop = self._loop
-        if loop is None or not self._on_loop():
-            loop = self._check_loop()
-        return loop
+    # A Timer binds lazily, on first use, to the loop running then (the engine's loop check
+    # and its slow path, Engine._running_loop); its reaper is a task the engine owns (a
+    # loop-mode loop's own engine has none: aiowheel._loop).
 
     async def __aenter__(self) -> Timer:
         """Bind to the running loop and start the reaper."""
-        if not self._on_loop():
-            self._check_loop()
+        self._running_loop()
         return self
 
     def __aexit__(self, *exc_info: object) -> Coroutine[Any, Any, None]:
         """Close the timer (see :meth:`aclose`)."""
-        return _awaiting.exit(self)
+        return _awaiting.exit(self._close_for_waiting)
 
     def close(self) -> list[TimerHandle]:
         """Stop the timer and return the callback handles that never fired (Netty's stop()).
@@ -157,7 +97,7 @@ class Timer(Engine):
     def aclose(self) -> Coroutine[Any, Any, list[TimerHandle]]:
         """:meth:`close`, then wait for the reaper task to finish (a coroutine)."""
         # Every coroutine that awaits is plain Python: see aiowheel._awaiting.
-        return _awaiting.aclose(self)
+        return _awaiting.aclose(self._close_for_waiting)
 
     def closed(self) -> bool:
         """True once the timer has been closed (or shut itself down)."""
@@ -167,7 +107,7 @@ class Timer(Engine):
 
     def __len__(self) -> int:
         """The exact number of pending timers."""
-        return len(self._wheel)
+        return self._pending()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._loop is not None else "unbound"
@@ -184,22 +124,11 @@ class Timer(Engine):
 
     def time(self) -> float:
         """The loop's clock (``loop.time()``): the clock every deadline is measured against."""
-        loop = self._bound_loop
-        if loop is None:
-            loop = asyncio.get_running_loop()
-        return loop.time()
+        return self._loop_time()
 
     def stats(self) -> TimerStats:
         """Counters: pending, fired, cancelled, reaper wake-ups, max lateness seen."""
-        wheel = self._wheel
-        return TimerStats(
-            pending=len(wheel),
-            fired=self._fired,
-            cancelled=wheel.removed + self._cancelled_on_close,
-            wakeups=self._wakeups,
-            max_lateness=self._max_lateness,
-            queued_buckets=len(wheel._heap),
-        )
+        return TimerStats(*self._counters())
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -216,8 +145,7 @@ class Timer(Engine):
         ``when=inf`` never fires but is pending and cancellable; a past ``when`` fires on a
         coming loop iteration, never inside this call.
         """
-        if not self._on_loop():
-            self._check_loop()
+        self._running_loop()
         if not isinstance(when, float):
             when = seconds("deadline", when)
         return self._call(when, callback, args, context)
@@ -230,8 +158,7 @@ class Timer(Engine):
         context: contextvars.Context | None = None,
     ) -> TimerHandle:
         """Run ``callback(*args)`` after ``delay`` seconds; like ``loop.call_later``."""
-        if not self._on_loop():
-            self._check_loop()
+        self._running_loop()
         if not isinstance(delay, float):
             delay = seconds("delay", delay)
         return self._call(self._clock() + delay, callback, args, context)
@@ -247,37 +174,6 @@ class Timer(Engine):
         """Sleep ``delay`` seconds, then return ``result``; like ``asyncio.sleep``."""
         return _awaiting.sleep(self, delay, result, until=False)
 
-    def _sleeper_at(self, deadline: Seconds, result: object) -> Sleeper | None:
-        """The synchronous part of sleep_until (see aiowheel._awaiting)."""
-        loop = self._loop
-        if loop is None or not self._on_loop():
-            loop = self._check_loop()
-        if not isinstance(deadline, float):
-            deadline = seconds("deadline", deadline)
-        return self._sleeper(loop, deadline, result)
-
-    def _sleeper_after(self, delay: Seconds, result: object) -> Sleeper | None:
-        """The synchronous part of sleep (see aiowheel._awaiting)."""
-        loop = self._loop
-        if loop is None or not self._on_loop():
-            loop = self._check_loop()
-        if not isinstance(delay, float):
-            delay = seconds("delay", delay)
-        return self._sleeper(loop, self._clock() + delay, result)
-
-    def _sleeper(
-        self, loop: asyncio.AbstractEventLoop, deadline: float, result: object
-    ) -> Sleeper | None:
-        """File a sleeper for ``deadline``; None if it has passed (then just yield once)."""
-        tick = self._admit(deadline)
-        wheel = self._wheel
-        if deadline <= self._clock():
-            return None
-        entry = Sleeper(deadline, loop.create_future(), result)
-        if wheel.insert(entry, tick) < self._armed:
-            self._arm()
-        return entry
-
     def schedule_at(
         self,
         when: Seconds,
@@ -291,10 +187,7 @@ class Timer(Engine):
         timer out of the wheel (a coroutine object is closed, never started); after, it
         cancels the task.
         """
-        if not self._on_loop():
-            self._check_loop()
-        loop = self._loop
-        assert loop is not None
+        self._running_loop()
         if asyncio.iscoroutine(coro_or_function):
             if args:
                 raise TypeError("schedule_at() takes no args with a coroutine object")
@@ -305,13 +198,7 @@ class Timer(Engine):
             )
         if not isinstance(when, float):
             when = seconds("deadline", when)
-        tick = self._admit(when)
-        wheel = self._wheel
-        future: asyncio.Future[_T] = loop.create_future()
-        entry = Scheduled(when, future, coro_or_function, args, contextvars.copy_context(), wheel)
-        if wheel.insert(entry, tick) < self._armed:
-            self._arm()
-        return future
+        return self._schedule(when, coro_or_function, args)
 
     def schedule_later(
         self,
@@ -321,7 +208,8 @@ class Timer(Engine):
     ) -> asyncio.Future[_T]:
         """:meth:`schedule_at` ``delay`` seconds from now."""
         try:
-            when = self._deadline_after(self._running_loop(), delay)
+            self._running_loop()
+            when = _validate.not_nan(self._loop_time() + seconds("delay", delay))
         except BaseException:
             if asyncio.iscoroutine(coro_or_function):
                 coro_or_function.close()  # refused: it will never run, so no warning either
@@ -334,16 +222,12 @@ class Timer(Engine):
         >>> async with timer.timeout(2.0):
         ...     await handle_request()
         """
-        if not self._on_loop():
-            self._check_loop()
+        self._running_loop()
         if delay is None:
             return Timeout(None, self)
         if not isinstance(delay, float):
             delay = seconds("delay", delay)
-        when = self._clock() + delay
-        if when != when:
-            raise ValueError("deadline must not be NaN")
-        return Timeout(when, self)
+        return Timeout(_validate.not_nan(self._now() + delay), self)
 
     def timeout_at(self, when: Seconds | None) -> Timeout:
         """An ``asyncio.timeout_at(when)`` drop-in on this timer (None: no deadline)."""
@@ -352,8 +236,7 @@ class Timer(Engine):
             return Timeout(None, self)
         if not isinstance(when, float):
             when = seconds("deadline", when)
-        self._tick_for(when)  # refuses NaN
-        return Timeout(when, self)
+        return Timeout(_validate.not_nan(when), self)
 
     def wait_for(self, aw: Awaitable[_T], timeout: Seconds | None) -> Coroutine[Any, Any, _T]:
         """``asyncio.wait_for`` with the 3.12+ semantics on every version, on this timer.
@@ -361,13 +244,7 @@ class Timer(Engine):
         A coroutine runs in the caller's task (no extra task); ``timeout <= 0`` cancels at
         once and raises TimeoutError unless the awaitable is already done; None waits forever.
         """
-        return _awaiting.wait_for(self, aw, timeout)
-
-    def _wait_for_timeout(self, timeout: Seconds | None) -> float | None:
-        """wait_for's ``timeout``, validated."""
-        if timeout is None or isinstance(timeout, float):
-            return timeout
-        return seconds("timeout", timeout)
+        return _awaiting.wait_for(aw, timeout, self.timeout)
 
     # -- heartbeats ---------------------------------------------------------------------------
 
@@ -388,12 +265,12 @@ class Timer(Engine):
         >>> beat = timer.every(1.0, send_heartbeat)
         >>> beat.cancel()
         """
-        loop = self._running_loop()
-        period = check_period("interval", interval)
-        policy = check_missed(missed)
+        self._running_loop()
+        period = _validate.period("interval", interval)
+        policy = _validate.missed(missed)
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
-        first = self._first_deadline(loop, start, period)
+        first = self._first_deadline(start, period)
         handle = PeriodicHandle(
             self, _Schedule(first, period, policy), callback, args, contextvars.copy_context()
         )
@@ -408,22 +285,19 @@ class Timer(Engine):
         >>> async for deadline in timer.interval(1.0):
         ...     await send_heartbeat()
         """
-        loop = self._running_loop()
-        every = check_period("period", period)
-        policy = check_missed(missed)
-        first = self._first_deadline(loop, start, every)
+        self._running_loop()
+        every = _validate.period("period", period)
+        policy = _validate.missed(missed)
+        first = self._first_deadline(start, every)
         return Interval(self, _Schedule(first, every, policy))
 
-    def _first_deadline(
-        self, loop: asyncio.AbstractEventLoop, start: Seconds | None, period: float
-    ) -> float:
+    def _first_deadline(self, start: Seconds | None, period: float) -> float:
         """A schedule's first deadline: ``start``, validated, or one period from now."""
         if start is None:
-            return loop.time() + period
+            return self._loop_time() + period
         if not isinstance(start, float):
             start = seconds("start", start)
-        self._tick_for(start)  # refuses NaN
-        return start
+        return _validate.not_nan(start)
 
     def watchdog(
         self, timeout: Seconds, on_expire: Callable[..., object], *args: object
@@ -434,16 +308,9 @@ class Timer(Engine):
         >>> dog.feed()   # on every message from the peer
         """
         self._running_loop()
-        silence = check_period("timeout", timeout)
+        silence = _validate.period("timeout", timeout)
         if not callable(on_expire):
             raise TypeError(f"on_expire must be callable, got {type(on_expire).__name__}")
         dog = Watchdog(self, silence, on_expire, args, contextvars.copy_context())
         self._file(dog, dog._when)
         return dog
-
-    def _deadline_after(self, loop: asyncio.AbstractEventLoop, delay: Seconds) -> float:
-        """``loop.time() + delay``, validated: TypeError for a non-number, ValueError for NaN."""
-        when = loop.time() + seconds("delay", delay)
-        if when != when:
-            raise ValueError("deadline must not be NaN")
-        return when

@@ -559,6 +559,12 @@ class Wheel:
         if problems:
             raise AssertionError("; ".join(problems) + f"\nstate: {self._dump()}")
 
+    @property
+    def queued(self) -> int:
+        """Items in the delay queue now: at most one per bucket (a bucket that emptied keeps
+        its item until it surfaces)."""
+        return len(self._heap)
+
     def live_queue_items(self) -> int:
         """How many heap items belong to non-empty buckets (for tests of the delay queue)."""
         live = 0

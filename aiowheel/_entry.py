@@ -1,0 +1,172 @@
+"""The contract between the engine and what it files: ``_Timed`` entries and their ``Owner``.
+
+Why a module of its own. The engine (:mod:`aiowheel._engine`) calls its entries (an entry's
+``_fire`` when it comes due, ``_abandon`` when the engine closes under it), and the entries call
+the engine back (a handle's ``cancel`` unfiles it, a timeout files itself when its block is
+entered, a heartbeat re-files itself after each run). Written directly, that is an import cycle
+between the engine and every kind of entry. Here both sides meet on the lowest floor they
+share: :class:`Owner` is the engine's *protected API*, the few named operations an entry may
+ask of whoever filed it, and :class:`aiowheel._engine.Engine` implements it. Entries
+(:mod:`aiowheel._handles`, :mod:`aiowheel._timeout`, :mod:`aiowheel._periodic`) import this
+module, never the engine or the Timer, so the rooms form a stack with no arrow running back up.
+
+The operations are tokio's (``Handle::reregister``, ``clear_entry``) and Kafka's
+(``SystemTimer.addTimerTaskEntry``): *file* (admit, insert, and wake the reaper earlier if this
+is now the first bucket), *move* (lazily when later: only the exact deadline is rewritten and
+the entry is re-filed when its old bucket comes due; eagerly, with a re-arm, when earlier),
+*unfile*, *queue* a due callback in the current batch, and the loop check. Each is decided in
+exactly one place, the engine: nothing else writes the wheel or the wake-up.
+
+Compiled build. ``Owner`` is a native class with no state; the engine subclasses it, so an
+entry's call through it is a direct (vtable) call in C, as cheap as a call on the engine itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Coroutine
+from typing import Any
+
+from . import _wheel
+from ._validate import Seconds
+
+__all__ = ["Owner", "Sleeper", "_Timed"]
+
+
+class _Timed(_wheel.Entry):
+    """A wheel entry with an exact float deadline, fired and abandoned by its owner.
+
+    ``_when`` is the deadline exactly as the user gave it (the wheel only knows the rounded-up
+    tick); the owner compares it with the loop's clock before it fires the entry.
+    """
+
+    __slots__ = ("_when",)
+
+    _when: float
+
+    def _fire(self, owner: Owner) -> None:
+        """The deadline has passed (by the loop's clock): do what this timer is for."""
+        raise NotImplementedError
+
+    def _abandon(self, exc: BaseException | None) -> None:
+        """The owner closed with this entry pending: cancel it, or fail it with ``exc``."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        """Run a callback that ``_fire`` queued with :meth:`Owner._queue`."""
+        raise NotImplementedError
+
+
+class Sleeper(_Timed):
+    """The entry behind ``await timer.sleep_until()``: resolves a future at the deadline."""
+
+    __slots__ = ("_future", "_result")
+
+    _future: asyncio.Future[Any]
+    _result: object
+
+    def __init__(self, when: float, future: asyncio.Future[Any], result: object) -> None:
+        self._prev = None
+        self._next = None
+        self._tick = 0
+        self._when = when
+        self._future = future
+        self._result = result
+
+    def _fire(self, owner: Owner) -> None:
+        future = self._future
+        if not future.done():
+            future.set_result(self._result)
+
+    def _abandon(self, exc: BaseException | None) -> None:
+        future = self._future
+        if not future.done():
+            if exc is None:
+                future.cancel()
+            else:
+                future.set_exception(exc)
+
+
+class Owner:
+    """What an entry may ask of the engine that files it (implemented by the engine).
+
+    Every method but :meth:`_running_loop`, :meth:`_loop_here` and :meth:`_loop_time` expects
+    the caller to have checked the loop (it runs in the owner's loop's thread).
+    """
+
+    __slots__ = ()
+
+    # -- the loop check and the clock ----------------------------------------------------------
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The owner's loop, running in this thread: bound on first use, or RuntimeError
+        saying what is wrong (closed, no loop running, another loop)."""
+        raise NotImplementedError
+
+    def _loop_here(self) -> asyncio.AbstractEventLoop | None:
+        """This thread's running loop (the owner's, by its fast check, else asyncio's answer),
+        or None; binds nothing and raises nothing."""
+        raise NotImplementedError
+
+    def _now(self) -> float:
+        """The bound loop's clock now (the owner is bound: the caller checked the loop)."""
+        raise NotImplementedError
+
+    def _loop_time(self) -> float:
+        """``loop.time()`` of the bound loop, or of the running one before binding."""
+        raise NotImplementedError
+
+    # -- file, move, unfile ---------------------------------------------------------------------
+
+    def _file(self, entry: _Timed, when: float) -> None:
+        """Put an unlinked entry in the wheel for deadline ``when``, waking the reaper earlier
+        if it is now first. ValueError (NaN) or PendingLimitError before anything changes."""
+        raise NotImplementedError
+
+    def _move(self, entry: _Timed, when: float) -> None:
+        """Give a pending entry the deadline ``when`` (tokio's reregister): later, lazily;
+        earlier, re-filed at once with a re-arm. An unlinked entry is filed."""
+        raise NotImplementedError
+
+    def _push_back(self, entry: _Timed, when: float) -> bool:
+        """The lazy half of :meth:`_move`, for hot paths that have not checked the loop: if
+        ``entry`` is pending, ``when`` is no earlier than its deadline and still ahead of the
+        clock, and this is the owner's thread, rewrite the deadline and return True (one
+        store: the entry is re-filed when its bucket comes due). Otherwise change nothing and
+        return False: the caller takes its checked path."""
+        raise NotImplementedError
+
+    def _set_deadline(self, entry: _Timed, when: float | None) -> asyncio.AbstractEventLoop | None:
+        """A timeout's deadline set to ``when``, after the loop check: None unfiles it; a
+        deadline already passed unfiles it and returns the loop, for the caller to hand the
+        firing to ``loop.call_soon`` as asyncio does; any other is :meth:`_move`. Returns None
+        but in that one case. NaN and the loop's errors are raised before anything changes."""
+        raise NotImplementedError
+
+    def _unfile(self, entry: _Timed) -> bool:
+        """Take ``entry`` out of the wheel; True if it was in it."""
+        raise NotImplementedError
+
+    # -- dispatch ------------------------------------------------------------------------------
+
+    def _queue(self, entry: _Timed) -> None:
+        """From ``_fire``: run ``entry._run()`` in this pass's batch of due callbacks."""
+        raise NotImplementedError
+
+    def _create_task(
+        self, coro: Coroutine[Any, Any, Any], context: contextvars.Context
+    ) -> asyncio.Task[Any]:
+        """From ``_fire``: start ``coro`` as a task of the owner's loop, in ``context``."""
+        raise NotImplementedError
+
+    # -- the synchronous halves of the sleeping coroutines (aiowheel._awaiting) -----------------
+
+    def _sleeper_at(self, deadline: Seconds, result: object) -> Sleeper | None:
+        """Check the loop and ``deadline``, and file a sleeper for it; None if it has passed
+        (the coroutine then yields once, as ``asyncio.sleep(0)`` does)."""
+        raise NotImplementedError
+
+    def _sleeper_after(self, delay: Seconds, result: object) -> Sleeper | None:
+        """:meth:`_sleeper_at` for ``delay`` seconds from now."""
+        raise NotImplementedError
