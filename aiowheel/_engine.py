@@ -74,7 +74,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Coroutine
-from math import ceil, floor
+from math import ceil, floor, inf
 from typing import Any, Final, Protocol
 
 from . import _awaiting, _debug, _validate
@@ -82,7 +82,7 @@ from ._entry import Owner, Sleeper, _Timed
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import EMPTY_CONTEXT, Scheduled, TimerHandle
 from ._validate import Count, Seconds
-from ._wheel import NEVER, Wheel
+from ._wheel import NEVER, Entry, Wheel
 
 __all__ = ["TOO_MANY_TIMERS", "Engine", "WakeAt"]
 
@@ -492,7 +492,9 @@ class Engine(Owner):
         """Put an unlinked entry in the wheel for deadline ``when`` (see :class:`Owner`)."""
         tick = self._admit(when)
         entry._when = when
-        self._insert(entry, tick)
+        # _insert, inlined: every timeout entered and every heartbeat re-filed comes here.
+        if self._wheel.insert(entry, tick) < self._armed:
+            self._arm()
 
     def _move(self, entry: _Timed, when: float) -> None:
         """Give ``entry`` the deadline ``when`` (see :class:`Owner`)."""
@@ -518,6 +520,29 @@ class Engine(Owner):
         ):
             entry._when = when
             return True
+        return False
+
+    def _push_back_by(self, entry: _Timed, delay: float) -> bool:
+        """:meth:`_push_back` to ``delay`` seconds from now, for ``Watchdog.feed`` (see
+        :class:`Owner`). A positive delay from now is always ahead of the clock, so the clock
+        is read once, not twice: the feed path is a third cheaper for it (measured: 10.2M
+        feeds/s with two reads, 15.7M with one)."""
+        if entry._prev is not None and _get_ident() == self._thread_id:
+            when = self._clock() + delay
+            if when >= entry._when:
+                entry._when = when
+                return True
+        return False
+
+    def _arm_at(self, entry: _Timed, when: float, loop: asyncio.AbstractEventLoop) -> bool:
+        """File an unlinked ``entry`` for ``when``, for a caller that found ``loop`` running
+        in this thread (:meth:`_loop_here`); True if ``when`` has already passed (nothing is
+        filed: the caller hands the firing to ``loop.call_soon``). See :class:`Owner`."""
+        if loop is not self._loop:
+            self._check_loop()  # binds, or raises (another loop, closed)
+        if when <= self._clock():
+            return True
+        self._file(entry, when)
         return False
 
     def _set_deadline(self, entry: _Timed, when: float | None) -> asyncio.AbstractEventLoop | None:
@@ -569,7 +594,9 @@ class Engine(Owner):
             if not context:
                 context = EMPTY_CONTEXT
         handle = TimerHandle(when, callback, args, context, self)
-        self._insert(handle, tick)
+        # _insert, inlined: this is every call_at / call_later of a loop-mode loop.
+        if self._wheel.insert(handle, tick) < self._armed:
+            self._arm()
         return handle
 
     def _schedule(
@@ -728,6 +755,8 @@ class Engine(Owner):
         if now_tick < wheel.elapsed:
             return  # woken early, before the last tick we processed ended
         due = wheel.advance(now_tick)
+        if len(due) > 1:
+            _in_deadline_order(due)
         fired = 0
         lateness = self._max_lateness
         for entry in due:
@@ -751,6 +780,28 @@ class Engine(Owner):
                 )
         self._fired += fired
         self._max_lateness = lateness
+
+
+def _deadline_of(entry: Entry) -> float:
+    assert isinstance(entry, _Timed)
+    return entry._when
+
+
+def _in_deadline_order(due: list[Entry]) -> None:
+    """Put a pass's due entries in deadline order (stable: filing order within a deadline).
+
+    The wheel hands back each bucket's entries in the order they were filed, and a coarse
+    bucket holds many deadlines: when the loop comes back late, a 10 ms timer could run before
+    a 9 ms one filed after it. The loop's own heap runs them in deadline order, and so does
+    this. Nearly every pass is in order already: one scan, and a sort only when it is not.
+    """
+    last = -inf
+    for entry in due:
+        when = _deadline_of(entry)
+        if when < last:
+            due.sort(key=_deadline_of)
+            return
+        last = when
 
 
 def _run_ready(batch: list[_Timed]) -> None:

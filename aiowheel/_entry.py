@@ -137,6 +137,16 @@ class Owner:
         return False: the caller takes its checked path."""
         raise NotImplementedError
 
+    def _push_back_by(self, entry: _Timed, delay: float) -> bool:
+        """:meth:`_push_back` to ``delay`` (> 0) seconds from now: the clock is read once."""
+        raise NotImplementedError
+
+    def _arm_at(self, entry: _Timed, when: float, loop: asyncio.AbstractEventLoop) -> bool:
+        """File an unlinked ``entry`` for ``when`` for a caller that found ``loop`` running
+        here by :meth:`_loop_here` (the loop check is then one identity test); True, with
+        nothing filed, if ``when`` has already passed."""
+        raise NotImplementedError
+
     def _set_deadline(self, entry: _Timed, when: float | None) -> asyncio.AbstractEventLoop | None:
         """A timeout's deadline set to ``when``, after the loop check: None unfiles it; a
         deadline already passed unfiles it and returns the loop, for the caller to hand the

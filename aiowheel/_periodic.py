@@ -277,10 +277,9 @@ class Watchdog(_Runner):
         # bucket and is re-filed from `_when` when that bucket comes due. This runs on every
         # message from the peer. (A closed timer has unlinked every entry: answered above.)
         owner = self._owner
-        when = owner._now() + self._timeout
-        if not owner._push_back(self, when):
+        if not owner._push_back_by(self, self._timeout):
             owner._running_loop()  # raises for another thread (or loop)
-            owner._move(self, when)
+            owner._move(self, owner._now() + self._timeout)
         return True
 
     def cancel(self) -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs
 
-from aiowheel._loop import timer_of
+from aiowheel import timer_of
 
 
 def stats() -> dict[str, Any]:

@@ -40,15 +40,16 @@ from typing import Any
 
 def _counting_class(loop: str, mode: str, made: list[Any]) -> type[Any]:
     """The class every injected name makes: the loop-mode class of ``loop``, or the base."""
-    from aiowheel._loop import _default_base, _loop_class
+    import aiowheel
+    import aiowheel.loops
 
-    if loop == "asyncio":
-        base: type[Any] = _default_base()
-    else:  # uvloop, rloop, zuvloop: the class of the loop the library's own factory makes
-        probe = importlib.import_module(loop).new_event_loop()
+    # asyncio's default loop class, or the class the library's own factory makes.
+    factory = aiowheel.loop_factory(aiowheel.loops.base_class(loop))
+    made_from: type[Any] = factory.config.base
+    if mode == "wheel":
+        probe = factory()
         probe.close()
-        base = type(probe)
-    made_from: type[Any] = _loop_class(base, 0.001, 0.01) if mode == "wheel" else base
+        made_from = type(probe)
 
     class Counted(made_from):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -94,7 +95,7 @@ def main() -> None:
     result = unittest.TextTestRunner(stream=sys.stderr, verbosity=1).run(suite)
     failed = sorted(test.id() for test, _ in result.failures + result.errors)
     failed += sorted(test.id() for test in result.unexpectedSuccesses)
-    from aiowheel._loop import timer_of
+    from aiowheel import timer_of
 
     timers = [timer for timer in map(timer_of, made) if timer is not None]
     wheel_timers = sum(t.stats().fired + t.stats().cancelled for t in timers)

@@ -22,7 +22,7 @@ import pytest
 import uvloop
 
 import aiowheel
-from aiowheel._loop import timer_of
+from aiowheel import timer_of
 
 ROOT = Path(__file__).resolve().parent.parent
 BASES = [pytest.param(None, id="asyncio"), pytest.param(uvloop.Loop, id="uvloop")]

@@ -24,7 +24,7 @@ import uvloop
 from aiohttp import web
 
 import aiowheel
-from aiowheel._loop import timer_of
+from aiowheel import timer_of
 from examples.server import TIMED_OUT, Config, make_app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,7 +182,7 @@ def test_pytest_asyncio_runs_tests_on_a_loop_factory(tmp_path: Path) -> None:
     (tmp_path / "test_user.py").write_text(
         "import asyncio\n\n"
         "import pytest\n\n"
-        "from aiowheel._loop import timer_of\n\n\n"
+        "from aiowheel import timer_of\n\n\n"
         "@pytest.mark.asyncio\n"
         "async def test_on_the_wheel():\n"
         "    timer = timer_of(asyncio.get_running_loop())\n"

@@ -14,7 +14,7 @@ import uvloop
 
 import aiowheel
 import aiowheel.loops
-from aiowheel._loop import timer_of
+from aiowheel import timer_of
 
 INSTALLED = [
     name

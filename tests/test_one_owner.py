@@ -72,7 +72,7 @@ def test_no_circle_among_the_rooms() -> None:
         path.append(name)
         for target in sorted(graph[name]):
             if state.get(target) == "open":
-                cycle = path[path.index(target) :] + [target]
+                cycle = [*path[path.index(target) :], target]
                 raise AssertionError("import circle: " + " -> ".join(cycle))
             if target not in state:
                 visit(target)

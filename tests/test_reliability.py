@@ -260,8 +260,15 @@ async def test_bad_input_table() -> None:
     thread.start()
     thread.join()
     assert isinstance(errors[0], RuntimeError) and "thread" in str(errors[0])
+    assert len(other) == 1  # the refused call from the other thread filed nothing
+    assert other.stats().pending == 1
     await other.aclose()
-    assert loop.is_running()
+    # After all that misuse the loop still runs timers: one fires on time.
+    fired = loop.create_future()
+    get_timer_handle = Timer()
+    get_timer_handle.call_later(0.01, fired.set_result, "fired")
+    assert await asyncio.wait_for(fired, 5) == "fired"
+    await get_timer_handle.aclose()
 
 
 def _capture(errors: list[BaseException], fn: Any, *args: Any) -> None:

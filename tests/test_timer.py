@@ -201,13 +201,17 @@ async def test_many_sleepers_wake_in_order() -> None:
     async with Timer() as timer:
         woke: list[float] = []
 
+        start = timer.time()
+
         async def sleeper(delay: float) -> None:
-            await timer.sleep(delay)
+            # One base for every deadline: the order of the deadlines is exactly the order of
+            # the delays, however long creating the 200 tasks takes.
+            await timer.sleep_until(start + delay)
             woke.append(delay)
 
         delays = [0.001 * ((i * 37) % 50) + 0.001 for i in range(200)]
         await asyncio.gather(*(sleeper(d) for d in delays))
-        assert sorted(woke) == sorted(delays)
+        assert woke == sorted(delays)  # in deadline order, not just all of them
         assert len(timer) == 0
 
 
@@ -317,13 +321,13 @@ async def test_reaper_cancelled_from_outside_fails_waiters_loudly() -> None:
 async def test_at_most_one_loop_timer_handle_whatever_the_pending_count() -> None:
     loop = asyncio.get_running_loop()
     scheduled = getattr(loop, "_scheduled", None)
+    if scheduled is None:
+        pytest.skip(f"{type(loop).__name__} does not show its timer heap (asyncio's does)")
     async with Timer() as timer:
-        before = None if scheduled is None else sum(not h.cancelled() for h in scheduled)
+        before = sum(not h.cancelled() for h in scheduled)
         handles = [timer.call_later(0.001 * (i % 500) + 0.01, lambda: None) for i in range(5000)]
-        assert timer._wake_handle is not None
-        if scheduled is not None:  # the default loop lets us count its handles
-            assert before is not None
-            assert sum(not h.cancelled() for h in scheduled) <= before + 1
+        # Exactly one more live handle on the loop's heap: the wheel's one wake-up.
+        assert sum(not h.cancelled() for h in scheduled) == before + 1
         for h in handles:
             h.cancel()
         assert len(timer) == 0
