@@ -200,17 +200,23 @@ async def test_cancelled_sleeper_leaves_the_wheel_at_once() -> None:
 async def test_many_sleepers_wake_in_order() -> None:
     async with Timer() as timer:
         woke: list[float] = []
+        late: list[float] = []
 
-        start = timer.time()
+        # One base for every deadline, far enough ahead that every sleeper is filed on the wheel
+        # before its deadline however long starting 200 tasks takes on a loaded machine (a
+        # deadline already past when sleep_until runs only yields once, in task order, as
+        # asyncio.sleep(0) does: that is not the wheel's order under test).
+        start = timer.time() + 0.3
 
         async def sleeper(delay: float) -> None:
-            # One base for every deadline: the order of the deadlines is exactly the order of
-            # the delays, however long creating the 200 tasks takes.
+            if timer.time() >= start + delay:
+                late.append(delay)
             await timer.sleep_until(start + delay)
             woke.append(delay)
 
         delays = [0.001 * ((i * 37) % 50) + 0.001 for i in range(200)]
         await asyncio.gather(*(sleeper(d) for d in delays))
+        assert late == [], "starting 200 tasks took over 0.3 s: the test could not file them"
         assert woke == sorted(delays)  # in deadline order, not just all of them
         assert len(timer) == 0
 
