@@ -68,7 +68,17 @@ def _ext_modules() -> list[Any]:
     try:
         from mypyc.build import mypycify
 
-        return mypycify(_compiled_modules(), opt_level="3", group_name="aiowheel._mypyc")
+        extensions = mypycify(_compiled_modules(), opt_level="3", group_name="aiowheel._mypyc")
+        if sys.platform != "win32":
+            # Every module of the group is one C file, and its functions call one another
+            # (Timer.call_later -> Engine._call -> Wheel.insert). Without this flag each such
+            # call goes through the PLT, since an exported symbol could be interposed, and none
+            # is inlined; with it they are direct calls, and small ones (Engine._unfile's
+            # Wheel.remove) are inlined: CPython builds libpython the same way. Measured on
+            # churn (call_later + cancel), paired with the same code built without it: +7-13%.
+            for ext in extensions:
+                ext.extra_compile_args = [*ext.extra_compile_args, "-fno-semantic-interposition"]
+        return extensions
     except Exception as exc:
         print(PURE_PYTHON_LINE.format(f"mypyc is unavailable: {exc!r}"), file=sys.stderr)
         return []

@@ -145,7 +145,8 @@ class Timer(Engine):
         ``when=inf`` never fires but is pending and cancellable; a past ``when`` fires on a
         coming loop iteration, never inside this call.
         """
-        self._running_loop()
+        if not self._on_loop():  # the loop check, inline: paid by every timer
+            self._check_loop()
         if not isinstance(when, float):
             when = seconds("deadline", when)
         return self._call(when, callback, args, context)
@@ -158,7 +159,8 @@ class Timer(Engine):
         context: contextvars.Context | None = None,
     ) -> TimerHandle:
         """Run ``callback(*args)`` after ``delay`` seconds; like ``loop.call_later``."""
-        self._running_loop()
+        if not self._on_loop():  # the loop check, inline: paid by every timer
+            self._check_loop()
         if not isinstance(delay, float):
             delay = seconds("delay", delay)
         return self._call(self._clock() + delay, callback, args, context)
