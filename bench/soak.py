@@ -1,7 +1,7 @@
 """Soak: push millions of timers through one Timer and check nothing leaks or lingers.
 
-``python -m bench.soak [--timers N] [--loop asyncio|uvloop]`` drives a mix of the four fates a
-timer can have, on one loop, with a bounded number in flight at once:
+``python -m bench.soak [--timers N] [--in-flight N] [--seed N] [--loop NAME] [--json]`` drives a
+mix of the four fates a timer can have, on one loop, with a bounded number in flight at once:
 
 - fired: ``call_later`` 0-20 ms out, left to fire;
 - cancelled: ``call_later`` 1-10 s out, cancelled a moment later (a request's timeout);
@@ -10,14 +10,18 @@ timer can have, on one loop, with a bounded number in flight at once:
 
 It reports peak and final RSS, and checks at the end that every fired timer fired exactly
 once, no cancelled one fired, the wheel is empty, and the delay queue holds no live bucket.
-Exit status 1 if a check fails.
+Exit status 1 if a check fails. ``--loop`` is asyncio or uvloop, or ``loop-mode/asyncio`` or
+``loop-mode/uvloop`` for the loop-mode twin of either; ``--json`` prints the report as one JSON
+object (the test suite reads it).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
+import json
 import random
 import resource
 import sys
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiowheel
+import aiowheel.loops
 
 
 def rss_bytes() -> int:
@@ -171,19 +176,35 @@ async def _push(
     return expected
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__)
-    parser.add_argument("--timers", type=int, default=5_000_000)
-    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
-    args = parser.parse_args(argv)
-    if args.loop == "uvloop":
-        import uvloop
+LOOPS = ("asyncio", "uvloop", "loop-mode/asyncio", "loop-mode/uvloop")
 
-        report = uvloop.run(soak(args.timers))
+
+def main(argv: list[str]) -> int:
+    """The command line: run one soak, print its report, exit 1 if a check failed."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.soak",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--timers", type=int, default=5_000_000)
+    parser.add_argument("--in-flight", type=int, default=20_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--loop", choices=LOOPS, default="asyncio")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    mode, _, name = args.loop.rpartition("/")
+    base = aiowheel.loops.base_class(name)
+    coro = soak(args.timers, in_flight=args.in_flight, seed=args.seed)
+    if mode == "loop-mode":
+        report = aiowheel.run(coro, base=base)
     else:
-        report = asyncio.run(soak(args.timers))
-    for line in report.lines():
-        print(line)
+        with asyncio.Runner(loop_factory=base) as runner:
+            report = runner.run(coro)
+    if args.json:
+        print(json.dumps({**dataclasses.asdict(report), "ok": report.ok}))
+    else:
+        for line in report.lines():
+            print(line)
     return 0 if report.ok else 1
 
 

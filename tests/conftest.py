@@ -1,5 +1,11 @@
-"""Every async test runs on the default asyncio loop and on uvloop (anyio's pytest plugin), and
-on the loop-mode twin of each (``aiowheel.loop_factory``), where every loop timer is on a wheel."""
+"""The loop matrix every test room shares (built in :mod:`tests.support`).
+
+- ``anyio_backend``: every ``@pytest.mark.anyio`` test runs on asyncio's default loop and on
+  uvloop (anyio's pytest plugin), and on the loop-mode twin of each
+  (``aiowheel.loop_factory``), where every loop timer is on a wheel.
+- ``base``: a test that takes a ``base`` argument runs once per installed base loop class
+  (``aiowheel.loops.installed()``); ``@pytest.mark.bases("asyncio", "uvloop")`` narrows it.
+"""
 
 from __future__ import annotations
 
@@ -7,25 +13,48 @@ import gc
 from typing import Any
 
 import pytest
-import uvloop
 
-import aiowheel
+import aiowheel.loops
+from tests import support
 
 
-@pytest.fixture(
-    params=[
-        pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio"),
-        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
-        pytest.param(("asyncio", {"loop_factory": aiowheel.loop_factory()}), id="loop-mode"),
-        pytest.param(
-            ("asyncio", {"loop_factory": aiowheel.loop_factory(uvloop.Loop)}),
-            id="loop-mode-uvloop",
-        ),
-    ]
-)
+@pytest.fixture(params=support.anyio_backends())
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     """Run each ``@pytest.mark.anyio`` test once per event loop implementation."""
     return request.param  # type: ignore[no-any-return]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Declare the suite's own marker."""
+    config.addinivalue_line(
+        "markers",
+        "bases(*names): run a test taking `base` on these installed bases only "
+        "(default: every base aiowheel.loops.installed() finds)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test taking ``base`` on every installed base, or on those its marker names."""
+    if "base" not in metafunc.fixturenames or _parametrizes_base(metafunc):
+        return
+    marker = metafunc.definition.get_closest_marker("bases")
+    names = None if marker is None else tuple(marker.args)
+    if names is not None:
+        unknown = set(names) - set(aiowheel.loops.BASES)
+        if unknown:
+            raise pytest.UsageError(f"bases marker: unknown base names {sorted(unknown)}")
+    metafunc.parametrize("base", support.base_params(names))
+
+
+def _parametrizes_base(metafunc: pytest.Metafunc) -> bool:
+    """Whether the test gives ``base`` values of its own (``parametrize("base", [...])``)."""
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0]
+        if isinstance(names, str):
+            names = [name.strip() for name in names.split(",")]
+        if "base" in names:
+            return True
+    return False
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

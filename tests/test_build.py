@@ -16,6 +16,7 @@ import pytest
 
 import aiowheel
 from aiowheel._build import COMPILED_MODULES
+from tests.support import ROOT
 
 # Each entry is evaluated in a fresh interpreter under both builds; the outcome (exception type
 # and message, or the repr of the result) must be identical.
@@ -206,7 +207,7 @@ import asyncio, json, random, sys
 sys.path.insert(0, sys.argv[2])
 import aiowheel
 from aiowheel import timer_of
-from virtual_clock import VirtualClockLoop
+from tests.support import VirtualClockLoop
 
 def main(seed):
     rng = random.Random(seed)
@@ -265,9 +266,8 @@ def _random_run(no_extensions: bool, seeds: list[int]) -> list[dict[str, object]
     env.pop("AIOWHEEL_NO_EXTENSIONS", None)
     if no_extensions:
         env["AIOWHEEL_NO_EXTENSIONS"] = "1"
-    tests = os.path.dirname(os.path.abspath(__file__))
     done = subprocess.run(
-        [sys.executable, "-c", _RANDOM_SCRIPT, json.dumps(seeds), tests],
+        [sys.executable, "-c", _RANDOM_SCRIPT, json.dumps(seeds), str(ROOT)],
         env=env,
         capture_output=True,
         text=True,

@@ -1,15 +1,39 @@
-"""The design page's module table names every module of the package, and nothing else."""
+"""The design page's module table names every module of the package, and nothing else; its
+tests column names test files that exist, and every test file of a room is named there."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
+
+TABLE_ROW = re.compile(r"^\| `([\w.]+\.py)` \|.*\| (.+) \|$", flags=re.MULTILINE)
+# The groups of tests that are not one room's: whole programs, loop mode as a whole, CPython's.
+GROUPS = ("integration", "loop_mode", "conformance")
+
+
+def _rows() -> dict[str, list[str]]:
+    page = (ROOT / "docs" / "design.md").read_text()
+    return {
+        module: re.findall(r"`([\w/]+\.py)`", tests) for module, tests in TABLE_ROW.findall(page)
+    }
 
 
 def test_the_module_table_matches_the_package() -> None:
-    page = (ROOT / "docs" / "design.md").read_text()
-    named = set(re.findall(r"^\| `([\w.]+\.py)` \|", page, flags=re.MULTILINE))
+    named = set(_rows())
     on_disk = {path.name for path in (ROOT / "aiowheel").glob("*.py")}
     assert named == on_disk, {"missing": on_disk - named, "stale": named - on_disk}
+
+
+def test_every_room_names_its_tests_and_every_room_test_is_named() -> None:
+    rows = _rows()
+    named = {test for tests in rows.values() for test in tests}
+    assert all(rows.values()), [module for module, tests in rows.items() if not tests]
+    missing = {test for test in named if not (ROOT / "tests" / test).is_file()}
+    assert not missing, f"the table names test files that do not exist: {sorted(missing)}"
+    room_tests = {path.name for path in (ROOT / "tests").glob("test_*.py")}
+    room_tests.discard("test_design_doc.py")  # this file: the table's own check
+    unnamed = room_tests - named
+    assert not unnamed, f"test files no module's row names: {sorted(unnamed)}"
+    for group in GROUPS:
+        assert list((ROOT / "tests" / group).glob("test_*.py")), f"tests/{group} is empty"

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "aiowheel"
+from tests.support import ROOT
+
+PACKAGE = ROOT / "aiowheel"
 MODULES = {path.stem: path for path in sorted(PACKAGE.glob("*.py"))}
 
 # The engine's own state: only the engine (and the sans-IO wheel, for its own attributes)

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from aiowheel import Timer
-from tests.virtual_clock import VirtualClockLoop, run_virtual
+from tests.support import VirtualClockLoop, run_virtual
 
 
 def loop_of() -> VirtualClockLoop:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import ROOT
+
 SUITE = textwrap.dedent(
     """
     import asyncio
@@ -80,7 +82,7 @@ def run_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         timeout=300,
         check=False,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
 

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import sys
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +12,6 @@ import anyio
 import pytest
 
 import aiowheel
-from aiowheel import Timer
 
 pytestmark = pytest.mark.anyio
 
@@ -138,23 +135,6 @@ async def test_reschedule_later_and_earlier(timeout: Any) -> None:
         cm.reschedule(None)
         await asyncio.sleep(0.03)
     assert not cm.expired()
-
-
-async def test_idle_timeout_pushed_back_on_every_read_never_fires() -> None:
-    loop = asyncio.get_running_loop()
-    timer = aiowheel.get_timer()
-    async with timer.timeout(0.05) as cm:
-        for _ in range(15):
-            await asyncio.sleep(0.01)
-            cm.reschedule(loop.time() + 0.05)
-        heap_before = list(timer._wheel._heap)
-        for _ in range(10_000):
-            cm.reschedule(loop.time() + 0.05)
-        assert timer._wheel._heap == heap_before  # later is O(1): no heap work
-    assert not cm.expired()
-    with pytest.raises(TimeoutError):
-        async with timer.timeout(0.05) as cm:
-            await asyncio.sleep(1)
 
 
 async def test_misuse_raises_asyncios_errors_word_for_word(timeout: Any) -> None:
@@ -311,79 +291,6 @@ async def test_wait_for_a_future_that_suppresses_cancellation_returns_its_value(
 
 
 # -- the default timer -----------------------------------------------------------------------
-
-
-async def test_get_timer_is_one_per_loop_and_used_by_the_helpers() -> None:
-    timer = aiowheel.get_timer()
-    assert aiowheel.get_timer() is timer
-    handle = aiowheel.call_later(10, print)
-    assert len(timer) >= 1
-    handle.cancel()
-    when = timer.time() + 10
-    assert aiowheel.call_at(when, print).when() == when
-    assert await aiowheel.sleep(0.001, 3) == 3
-    assert await aiowheel.sleep_until(timer.time() + 0.001, 4) == 4
-
-
-def test_get_timer_outside_a_loop_raises() -> None:
-    with pytest.raises(RuntimeError, match="running event loop"):
-        aiowheel.get_timer()
-
-
-def test_each_loop_gets_its_own_default_timer_closed_at_exit() -> None:
-    timers: list[Timer] = []
-
-    async def main() -> None:
-        timers.append(aiowheel.get_timer())
-        aiowheel.call_later(100, print)
-        async with aiowheel.timeout(10):
-            await aiowheel.sleep(0.001)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        asyncio.run(main())
-        asyncio.run(main())
-        gc.collect()
-    assert timers[0] is not timers[1]
-    assert all(t.closed() for t in timers)
-
-
-def test_a_finished_loop_and_its_default_timer_are_not_kept_alive() -> None:
-    import weakref
-
-    # Timer objects are counted with gc, not weakly referenced: a compiled (mypyc) class
-    # takes no weak references.
-    def live_timers() -> list[int]:
-        return [id(o) for o in gc.get_objects() if type(o) is aiowheel.Timer]
-
-    loops: list[weakref.ref[Any]] = []
-    timer_ids: list[int] = []
-
-    async def main() -> None:
-        loops.append(weakref.ref(asyncio.get_running_loop()))
-        timer_ids.append(id(aiowheel.get_timer()))
-        await aiowheel.sleep(0.001)
-
-    asyncio.run(main())
-    assert timer_ids[0] in live_timers()  # (the check can see a live timer)
-    asyncio.run(main())  # the default timer cache now points at the second loop's timer
-    gc.collect()
-    assert loops[0]() is None  # the first loop is gone
-    assert timer_ids[0] not in live_timers()  # and its timer
-
-
-async def test_many_timers_on_one_loop_warn_once() -> None:
-    from aiowheel._engine import TOO_MANY_TIMERS
-
-    timers = [Timer() for _ in range(TOO_MANY_TIMERS + 5)]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for t in timers:
-            t.call_later(10, print)
-    messages = [str(w.message) for w in caught if "get_timer" in str(w.message)]
-    assert len(messages) == 1
-    for t in timers:
-        await t.aclose()
 
 
 # -- interop -----------------------------------------------------------------------------------

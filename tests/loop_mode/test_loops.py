@@ -10,7 +10,6 @@ import sys
 from typing import Any
 
 import pytest
-import uvloop
 
 import aiowheel
 import aiowheel.loops
@@ -61,7 +60,7 @@ def test_auto_prefers_zuvloop_then_uvloop() -> None:
         loop.close()
 
 
-@pytest.mark.parametrize("base", [None, uvloop.Loop])
+@pytest.mark.bases("asyncio", "uvloop")
 def test_loop_factory_pickles_and_its_copy_makes_the_same_loops(base: Any) -> None:
     factory = aiowheel.loop_factory(base, threshold=0.02)
     copy = pickle.loads(pickle.dumps(factory))

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import math
+import json
 import random
-import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 
 import aiowheel
 from aiowheel import Timer, TimerHandle
-from bench.soak import soak
+from tests.support import run_python
 
 pytestmark = pytest.mark.anyio
 
@@ -200,79 +199,17 @@ async def _sleep_and_cancel(timer: Timer, count: int) -> None:
     del tasks
 
 
-async def test_short_soak_loses_nothing_and_leaves_the_wheel_empty() -> None:
-    report = await soak(100_000, in_flight=5_000, seed=3)
-    assert report.fired == report.expected_fired
-    assert report.fired_twice == 0
-    assert report.fired_cancelled == 0
-    assert report.pending_at_end == 0
-    assert report.live_queue_items == 0
-
-
-# -- the README's bad-input table, row by row ---------------------------------------------------
-
-
-async def test_bad_input_table() -> None:
-    loop = asyncio.get_running_loop()
-    timer = Timer()
-    # NaN: ValueError, nothing scheduled.
-    for call in (
-        lambda: timer.call_later(math.nan, print),
-        lambda: timer.call_at(math.nan, print),
-        lambda: timer.timeout(math.nan),
-        lambda: timer.timeout_at(math.nan),
-    ):
-        with pytest.raises(ValueError, match="NaN"):
-            call()
-    assert len(timer) == 0
-    # inf: pending, never fires, cancellable.
-    forever = timer.call_later(math.inf, print)
-    assert len(timer) == 1 and forever.cancel() and len(timer) == 0
-    # negative delay: fires soon, not synchronously.
-    hits: list[int] = []
-    timer.call_later(-5, hits.append, 1)
-    assert hits == []
-    await asyncio.sleep(0.01)
-    assert hits == [1]
-    # huge (1e300): pending like inf.
-    huge = timer.call_later(1e300, print)
-    assert len(timer) == 1 and huge.cancel()
-    # non-callable: TypeError.
-    with pytest.raises(TypeError, match="callable"):
-        timer.call_later(1, 42)  # type: ignore[arg-type]
-    # coroutine function to schedule_later: runs it; coroutine object: runs it.
-
-    async def job(x: int = 1) -> int:
-        return x
-
-    assert await timer.schedule_later(0, job, 5) == 5
-    assert await timer.schedule_later(0, job(6)) == 6
-    # closed timer: RuntimeError.
-    await timer.aclose()
-    with pytest.raises(RuntimeError, match="closed"):
-        timer.call_later(1, print)
-    # another loop: RuntimeError (see test_timer.test_use_from_another_loop_raises).
-    # another thread: RuntimeError.
-    other = Timer()
-    other.call_later(10, print)
-    errors: list[BaseException] = []
-    thread = threading.Thread(target=lambda: _capture(errors, other.call_later, 1, print))
-    thread.start()
-    thread.join()
-    assert isinstance(errors[0], RuntimeError) and "thread" in str(errors[0])
-    assert len(other) == 1  # the refused call from the other thread filed nothing
-    assert other.stats().pending == 1
-    await other.aclose()
-    # After all that misuse the loop still runs timers: one fires on time.
-    fired = loop.create_future()
-    get_timer_handle = Timer()
-    get_timer_handle.call_later(0.01, fired.set_result, "fired")
-    assert await asyncio.wait_for(fired, 5) == "fired"
-    await get_timer_handle.aclose()
-
-
-def _capture(errors: list[BaseException], fn: Any, *args: Any) -> None:
-    try:
-        fn(*args)
-    except BaseException as exc:
-        errors.append(exc)
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop", "loop-mode/asyncio", "loop-mode/uvloop"])
+def test_short_soak_loses_nothing_and_leaves_the_wheel_empty(loop: str) -> None:
+    # The soak as a user runs it (python -m bench.soak), in a process of its own.
+    args = ["--timers", "100000", "--in-flight", "5000", "--seed", "3", "--loop", loop]
+    done = run_python(["-m", "bench.soak", *args, "--json"], timeout=300)
+    assert done.returncode in (0, 1), done.stderr
+    report = json.loads(done.stdout)
+    assert report["timers"] == 100_000
+    assert report["expected_fired"] > 10_000  # a third of the fates fire
+    assert report["fired"] == report["expected_fired"]
+    assert report["fired_twice"] == 0
+    assert report["fired_cancelled"] == 0
+    assert report["pending_at_end"] == 0
+    assert report["live_queue_items"] == 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import importlib
 import logging
 import math
 import sys
@@ -18,34 +17,14 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
-import uvloop
 
 import aiowheel
 from aiowheel import timer_of
+from tests.support import Base
 
 # The default threshold, as a user reads it: the config of a default factory.
 DEFAULT_THRESHOLD = aiowheel.loop_factory().config.threshold
 
-
-def _installed_bases() -> list[Any]:
-    """rloop and zuvloop (3.14+) as bases, where they install (the dev extra has them)."""
-    found = []
-    for name in ("rloop", "zuvloop"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        probe = module.new_event_loop()
-        probe.close()
-        found.append(pytest.param(type(probe), id=name))
-    return found
-
-
-BASES = [
-    pytest.param(None, id="asyncio"),
-    pytest.param(uvloop.Loop, id="uvloop"),
-    *_installed_bases(),
-]
 
 # Tests of the base loop's own contract, which loop mode keeps (debug mode, the exception
 # handler, close(), odd arguments handed to the base): they run on asyncio and uvloop only.
@@ -53,26 +32,8 @@ BASES = [
 # mode (get_debug() stays False), exception handlers called as handler(context) instead of
 # handler(loop, context), a NaN deadline accepted, call_later after close() accepted, and its
 # self-pipe sockets left unclosed at close() (ResourceWarning). zuvloop reports slow callbacks
-# in debug mode in its own words. Everything loop mode adds runs on every base.
-BASE_CONTRACT = {
-    "test_run_returns_the_result_and_passes_debug",
-    "test_callback_exception_goes_to_the_loops_handler",
-    "test_debug_mode_checks_like_the_base_loop",
-    "test_debug_mode_reports_a_slow_callback_by_its_name",
-    "test_no_extra_task_and_no_warning_at_exit",
-    "test_close_with_timers_pending_drops_them_silently",
-    "test_nan_and_non_numbers_are_refused_and_change_nothing",
-    "test_run_refuses_inside_a_running_loop_and_closes_the_coroutine",
-}
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Every test on every base; the base-contract tests on asyncio and uvloop."""
-    if "base" in metafunc.fixturenames:
-        exact = metafunc.function.__name__ in BASE_CONTRACT
-        metafunc.parametrize("base", BASES[:2] if exact else BASES)
-
-Base = type[asyncio.AbstractEventLoop] | None
+# in debug mode in its own words. Everything loop mode adds runs on every installed base.
+base_contract = pytest.mark.bases("asyncio", "uvloop")
 
 
 def run(base: Base, main: Callable[[], Coroutine[Any, Any, Any]], **kwargs: Any) -> Any:
@@ -144,6 +105,7 @@ def test_loop_factory_with_runner_and_asyncio_run(base: Base) -> None:
         assert asyncio.run(main(), loop_factory=aiowheel.loop_factory(base)) == "done"
 
 
+@base_contract
 def test_run_returns_the_result_and_passes_debug(base: Base) -> None:
     async def main() -> bool:
         return asyncio.get_running_loop().get_debug()
@@ -283,6 +245,7 @@ def test_callbacks_run_in_their_context_in_deadline_order(base: Base) -> None:
     ]
 
 
+@base_contract
 def test_callback_exception_goes_to_the_loops_handler(base: Base) -> None:
     async def main() -> list[dict[str, Any]]:
         loop = asyncio.get_running_loop()
@@ -440,6 +403,7 @@ def test_a_near_deadline_is_padded_once(base: Base) -> None:
 # -- debug mode -------------------------------------------------------------------------------
 
 
+@base_contract
 def test_debug_mode_checks_like_the_base_loop(base: Base) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -462,6 +426,7 @@ def test_debug_mode_checks_like_the_base_loop(base: Base) -> None:
     run(base, main, debug=True)
 
 
+@base_contract
 def test_debug_mode_reports_a_slow_callback_by_its_name(
     base: Base, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -498,6 +463,7 @@ def test_set_debug_later_turns_the_checks_on(base: Base) -> None:
 # -- nothing new is visible ------------------------------------------------------------------------
 
 
+@base_contract
 def test_no_extra_task_and_no_warning_at_exit(base: Base) -> None:
     async def main() -> int:
         loop = asyncio.get_running_loop()
@@ -534,6 +500,7 @@ def test_call_at_before_the_loop_runs_and_repeated_run_until_complete(base: Base
         loop.close()
 
 
+@base_contract
 def test_close_with_timers_pending_drops_them_silently(base: Base) -> None:
     loop = aiowheel.new_event_loop(base)
     handles = [loop.call_later(30, lambda: None) for _ in range(10)]
@@ -583,6 +550,7 @@ def test_task_cleanup_timers_still_fire_at_asyncio_run_exit(base: Base) -> None:
 # -- bad input ----------------------------------------------------------------------------------
 
 
+@base_contract
 def test_nan_and_non_numbers_are_refused_and_change_nothing(base: Base) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -636,6 +604,7 @@ def test_bad_threshold_and_tick_are_refused(base: Base) -> None:
         aiowheel.new_event_loop(base, tick=0)
 
 
+@base_contract
 def test_run_refuses_inside_a_running_loop_and_closes_the_coroutine(base: Base) -> None:
     async def inner() -> None:
         pass

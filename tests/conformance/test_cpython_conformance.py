@@ -1,7 +1,7 @@
 """CPython's own test_asyncio timer modules pass with every loop made by loop mode.
 
-Each module list runs twice in fresh interpreters (``tests/cpython_conformance.py``): on the
-base loop itself, the reference, and with every new event loop made by
+Each module list runs twice in fresh interpreters (``cpython_conformance.py`` beside this
+file): on the base loop itself, the reference, and with every new event loop made by
 ``aiowheel.new_event_loop(base)``. Loop mode passes when no test fails under it that passed on
 the base loop (uvloop fails some of test_tasks on its own: those do not count), when the runs
 ran the same tests, and when the wheels of the loops made really took timers.

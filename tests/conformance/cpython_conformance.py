@@ -1,7 +1,7 @@
 """Run CPython's own test_asyncio modules with every new event loop made by loop mode.
 
-    python tests/cpython_conformance.py --loop asyncio --mode wheel test_tasks test_locks
-    python tests/cpython_conformance.py --loop uvloop --mode base test_tasks.SleepTests
+    python tests/conformance/cpython_conformance.py --loop asyncio --mode wheel test_tasks
+    python tests/conformance/cpython_conformance.py --loop uvloop --mode base test_locks
 
 ``--mode wheel`` makes every new event loop a loop-mode loop, ``aiowheel.new_event_loop(base)``
 (``base``: asyncio's default loop, uvloop's, rloop's or zuvloop's); ``--mode base`` the base

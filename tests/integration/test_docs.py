@@ -1,7 +1,8 @@
 """The documentation site builds strictly, and its pages render in a real headless browser.
 
 Needs the ``docs`` extra and a Chromium (Debian's ``chromium``; ``.ci/run`` installs it), so it
-is marked ``browser`` and left out of the default run: ``pytest -m browser tests/test_docs.py``.
+is marked ``browser`` and left out of the default run:
+``pytest -m browser tests/integration/test_docs.py``.
 The site is built with warnings as errors (a broken cross-reference, or a public name without
 a docstring, fails it), served on 127.0.0.1, and opened with Playwright driving that Chromium:
 the index, the API page and a search must render without a console error.
@@ -20,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import ROOT
+
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",

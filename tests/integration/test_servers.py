@@ -28,15 +28,9 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT, free_port
+
 BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, dict[str, Any]]:
@@ -158,7 +152,7 @@ UVICORN_LOOPS = [
 
 @pytest.mark.parametrize(("loop", "loop_class"), UVICORN_LOOPS)
 def test_uvicorn_with_two_workers_runs_on_loop_mode(loop: str, loop_class: str) -> None:
-    port = _free_port()
+    port = free_port()
     command = ["uvicorn", "examples.served:asgi_app", "--host", "127.0.0.1",
                "--port", str(port), "--loop", loop, "--workers", "2"]  # fmt: skip
     with served(command, port):
@@ -182,7 +176,7 @@ GUNICORN_WORKERS = [
 
 @pytest.mark.parametrize(("worker", "app", "loop_class"), GUNICORN_WORKERS)
 def test_gunicorn_workers_run_on_loop_mode(worker: str, app: str, loop_class: str) -> None:
-    port = _free_port()
+    port = free_port()
     command = ["gunicorn", app, "--bind", f"127.0.0.1:{port}", "--workers", "1",
                "-k", f"aiowheel.gunicorn.{worker}", "--graceful-timeout", "5"]  # fmt: skip
     with served(command, port):
@@ -193,7 +187,7 @@ def test_gunicorn_workers_run_on_loop_mode(worker: str, app: str, loop_class: st
     ("asyncio", "WheelUnixSelectorEventLoop"), ("uvloop", "WheelLoop")
 ])  # fmt: skip
 def test_hypercorn_recipe_runs_on_loop_mode(base: str, loop_class: str) -> None:
-    port = _free_port()
+    port = free_port()
     command = ["python", "-m", "examples.run_hypercorn", "--bind", f"127.0.0.1:{port}",
                "--base", base]  # fmt: skip
     with served(command, port):
@@ -204,7 +198,7 @@ def test_hypercorn_recipe_runs_on_loop_mode(base: str, loop_class: str) -> None:
     ("asyncio", "WheelUnixSelectorEventLoop"), ("uvloop", "WheelLoop"), ("auto", AUTO)
 ])  # fmt: skip
 def test_granian_runs_on_loop_mode(loop: str, loop_class: str) -> None:
-    port = _free_port()
+    port = free_port()
     command = ["python", "-m", "aiowheel.granian", "--interface", "asgi",
                "examples.served:asgi_app", "--host", "127.0.0.1", "--port", str(port),
                "--loop", loop, "--workers", "2"]  # fmt: skip
@@ -225,7 +219,7 @@ def test_the_fastapi_example_on_loop_mode() -> None:
 
     import aiohttp
 
-    port = _free_port()
+    port = free_port()
     command = ["uvicorn", "examples.fastapi_app:app", "--host", "127.0.0.1",
                "--port", str(port), "--loop", "aiowheel.loops:auto"]  # fmt: skip
     with served(command, port, REQUEST_TIMEOUT="0.3", HEARTBEAT_INTERVAL="0.2"):

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -16,10 +15,9 @@ from aiohttp import web
 import aiowheel
 from examples.heartbeat import run_mesh
 from examples.server import TIMED_OUT, TIMER, Config, make_app, parse
+from tests.support import ROOT
 
 pytestmark = pytest.mark.anyio
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @asynccontextmanager

@@ -9,24 +9,18 @@ it differs. So each introspection is compared with the base loop's own output.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 
 import pytest
-import uvloop
 
 import aiowheel
 from aiowheel import timer_of
-
-ROOT = Path(__file__).resolve().parent.parent
-BASES = [pytest.param(None, id="asyncio"), pytest.param(uvloop.Loop, id="uvloop")]
-Base = type[asyncio.AbstractEventLoop] | None
+from tests.support import ROOT, Base, run_python
 
 needs_314 = pytest.mark.skipif(sys.version_info < (3, 14), reason="new in Python 3.14")
 
@@ -38,19 +32,6 @@ def run_on(base: Base, wheel: bool, main: Callable[[], Coroutine[Any, Any, Any]]
     factory: Callable[[], asyncio.AbstractEventLoop] = base or asyncio.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main())
-
-
-def run_python(args: list[str], stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=ROOT,
-        env={**os.environ, **env},
-    )
 
 
 # -- the REPL -----------------------------------------------------------------------------------
@@ -88,7 +69,7 @@ def test_repl_refuses_an_unknown_base() -> None:
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="asyncio.eager_task_factory is 3.12+")
-@pytest.mark.parametrize("base", BASES)
+@pytest.mark.bases("asyncio", "uvloop")
 def test_eager_tasks_sleep_and_time_out_on_the_wheel(base: Base) -> None:
     async def main() -> tuple[list[str], int | None]:
         loop = asyncio.get_running_loop()
@@ -156,7 +137,7 @@ def _graph_of_a_sleeping_task() -> Coroutine[Any, Any, str]:
 
 
 @needs_314
-@pytest.mark.parametrize("base", BASES)
+@pytest.mark.bases("asyncio", "uvloop")
 def test_call_graph_of_a_task_on_a_wheel_timer_is_the_base_loops(base: Base) -> None:
     on_wheel = run_on(base, True, _graph_of_a_sleeping_task)
     on_base = run_on(base, False, _graph_of_a_sleeping_task)

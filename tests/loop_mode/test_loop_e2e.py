@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import socket
 import subprocess
 import sys
@@ -26,8 +27,7 @@ from aiohttp import web
 import aiowheel
 from aiowheel import timer_of
 from examples.server import TIMED_OUT, Config, make_app
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT
 
 # The async tests run on loop-mode loops only, over both bases.
 on_loop_mode = pytest.mark.parametrize(
@@ -191,7 +191,7 @@ def test_pytest_asyncio_runs_tests_on_a_loop_factory(tmp_path: Path) -> None:
         "    assert timer.stats().fired == 1\n"
     )
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", str(tmp_path)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -199,4 +199,7 @@ def test_pytest_asyncio_runs_tests_on_a_loop_factory(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 passed" in result.stdout
+    # Each factory the hook names ran the test, and nothing else ran.
+    for name in ("loop-mode", "loop-mode-uvloop"):
+        assert f"test_user.py::test_on_the_wheel[{name}] PASSED" in result.stdout, result.stdout
+    assert re.search(r"\b2 passed\b", result.stdout), result.stdout

@@ -1,0 +1,139 @@
+"""What the test rooms share: the loop matrix, a free port, Python in a subprocess, and an
+asyncio loop on a clock the test controls.
+
+The loop matrix is :func:`aiowheel.loops.installed`, the same list ``python -m bench`` runs
+on, so a base loop that installs here is tested and measured without a name list to update:
+
+- ``base`` (a fixture, see ``conftest.py``): the base loop *class* of a loop-mode loop (None
+  for asyncio's default loop), every installed base; a test marked
+  ``@pytest.mark.bases("asyncio", "uvloop")`` runs on those only;
+- ``anyio_backend``: every ``@pytest.mark.anyio`` test on asyncio's loop, on uvloop, and on
+  the loop-mode twin of each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import selectors
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aiowheel
+import aiowheel.loops
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The checkout: the working directory of every subprocess a test starts."""
+
+Base = type[asyncio.AbstractEventLoop] | None
+"""A base loop class as ``aiowheel.run(base=...)`` takes it (None: asyncio's default)."""
+
+BASES: dict[str, Base] = aiowheel.loops.installed()
+"""Every base loop installed here, by name: asyncio and uvloop always (the dev extra), rloop
+and zuvloop where they install."""
+
+
+def base_params(names: tuple[str, ...] | None = None) -> list[Any]:
+    """``pytest.param(base_class, id=name)`` for every installed base (or those of ``names``
+    that are installed: asyncio and uvloop always are)."""
+    return [
+        pytest.param(base, id=name)
+        for name, base in BASES.items()
+        if names is None or name in names
+    ]
+
+
+def anyio_backends() -> list[Any]:
+    """anyio's ``asyncio`` backend on asyncio's loop, on uvloop, and on the loop-mode twin of
+    each (``aiowheel.loop_factory``), where every loop timer is on a wheel."""
+    uvloop = BASES["uvloop"]
+    return [
+        pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio"),
+        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+        pytest.param(("asyncio", {"loop_factory": aiowheel.loop_factory()}), id="loop-mode"),
+        pytest.param(
+            ("asyncio", {"loop_factory": aiowheel.loop_factory(uvloop)}),
+            id="loop-mode-uvloop",
+        ),
+    ]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def run_python(
+    args: list[str], stdin: str = "", *, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run this interpreter with ``args`` in the checkout, output captured as text; ``env``
+    is added to the environment. Never raises for a non-zero exit: the test looks."""
+    return subprocess.run(
+        [sys.executable, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, **env},
+    )
+
+
+def collect_errors(loop: asyncio.AbstractEventLoop) -> list[dict[str, Any]]:
+    """Route ``loop``'s exception handler into a list, returned (and filled as errors come)."""
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    return errors
+
+
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """A selector event loop whose clock the test controls: idle time passes instantly.
+
+    Whenever the loop would block waiting for its next timer, the virtual clock jumps to that
+    timer instead, so a schedule of 10,000 ticks runs in well under a second and the results
+    do not depend on how loaded the machine is. ``advance(seconds)`` simulates a callback
+    that blocks the loop. (asyncio's default loop only.)
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._virtual_now = 1000.0
+        selector = self._selector  # type: ignore[attr-defined]
+        real_select = selector.select
+
+        def select(timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+            events: list[Any] = real_select(0)
+            if not events and timeout is not None and timeout > 0:
+                self._virtual_now += timeout
+            elif not events and timeout is None:
+                events = real_select(0.01)  # nothing scheduled: wait a little for real
+            return events
+
+        selector.select = select
+
+    def time(self) -> float:
+        """The virtual clock."""
+        return self._virtual_now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward as if the loop had been blocked for ``seconds``."""
+        self._virtual_now += seconds
+
+
+def run_virtual(coro: Any) -> Any:
+    """Run a coroutine to completion on a fresh :class:`VirtualClockLoop`."""
+    loop = VirtualClockLoop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()

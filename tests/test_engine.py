@@ -1,0 +1,333 @@
+"""The engine (``aiowheel._engine``): the one owner of the wheel, the wake-up, the loop check
+and the reaper. What every timer kind shares is tested here once: due timers run in deadline
+order, one loop handle wakes the reaper whatever the pending count, the pending limit, the loop
+check and its errors, the lazy push-back, and what closing a loop does to pending timers."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+import warnings
+from typing import Any
+
+import pytest
+
+import aiowheel
+from aiowheel import PendingLimitError, Timer, TimerClosedError
+from tests.support import collect_errors
+
+pytestmark = pytest.mark.anyio
+
+background: list[asyncio.Future[Any]] = []
+
+
+def _entry_points(timer: Timer) -> list[Any]:
+    """Every synchronous API call that files a timer (each would leave one pending)."""
+    return [
+        lambda: timer.call_later(5, print),
+        lambda: timer.call_at(1e9, print),
+        lambda: timer.timeout(5),
+        lambda: timer.timeout_at(1e9),
+        lambda: timer.every(5, print),
+        lambda: timer.watchdog(5, print),
+    ]
+
+
+async def test_a_callback_can_cancel_a_sibling_dispatched_in_the_same_pass() -> None:
+    async with Timer() as timer:
+        fired: list[str] = []
+        when = timer.time() + 0.01
+        second: list[aiowheel.TimerHandle] = []
+
+        def first() -> None:
+            fired.append("first")
+            assert second[0].cancel() is True
+
+        timer.call_at(when, first)
+        second.append(timer.call_at(when, fired.append, "second"))
+        await asyncio.sleep(0.05)
+        assert fired == ["first"]
+        assert second[0].cancelled()
+
+
+async def test_many_sleepers_wake_in_order() -> None:
+    async with Timer() as timer:
+        woke: list[float] = []
+        late: list[float] = []
+
+        # One base for every deadline, far enough ahead that every sleeper is filed on the wheel
+        # before its deadline however long starting 200 tasks takes on a loaded machine (a
+        # deadline already past when sleep_until runs only yields once, in task order, as
+        # asyncio.sleep(0) does: that is not the wheel's order under test).
+        start = timer.time() + 0.3
+
+        async def sleeper(delay: float) -> None:
+            if timer.time() >= start + delay:
+                late.append(delay)
+            await timer.sleep_until(start + delay)
+            woke.append(delay)
+
+        delays = [0.001 * ((i * 37) % 50) + 0.001 for i in range(200)]
+        await asyncio.gather(*(sleeper(d) for d in delays))
+        assert late == [], "starting 200 tasks took over 0.3 s: the test could not file them"
+        assert woke == sorted(delays)  # in deadline order, not just all of them
+        assert len(timer) == 0
+
+
+async def test_reaper_cancelled_from_outside_fails_waiters_loudly() -> None:
+    timer = Timer()
+    sleeper = asyncio.create_task(timer.sleep(10))
+    await asyncio.sleep(0)
+    assert timer._reaper is not None
+    timer._reaper.cancel()
+    with pytest.raises(TimerClosedError, match="reaper task was cancelled"):
+        await sleeper
+    with pytest.raises(RuntimeError, match="reaper task was cancelled"):
+        timer.call_later(1, print)
+
+
+async def test_at_most_one_loop_timer_handle_whatever_the_pending_count() -> None:
+    loop = asyncio.get_running_loop()
+    scheduled = getattr(loop, "_scheduled", None)
+    if scheduled is None:
+        pytest.skip(f"{type(loop).__name__} does not show its timer heap (asyncio's does)")
+    async with Timer() as timer:
+        before = sum(not h.cancelled() for h in scheduled)
+        handles = [timer.call_later(0.001 * (i % 500) + 0.01, lambda: None) for i in range(5000)]
+        # Exactly one more live handle on the loop's heap: the wheel's one wake-up.
+        assert sum(not h.cancelled() for h in scheduled) == before + 1
+        for h in handles:
+            h.cancel()
+        assert len(timer) == 0
+
+
+async def test_the_reaper_does_not_wake_while_nothing_is_due() -> None:
+    async with Timer() as timer:
+        for _ in range(2000):
+            timer.call_later(60, lambda: None)
+        await asyncio.sleep(0.3)
+        assert timer.stats().wakeups == 0
+
+
+async def test_an_earlier_bucket_wakes_the_reaper_early() -> None:
+    async with Timer() as timer:
+        fired: list[str] = []
+        timer.call_later(60, fired.append, "late")
+        timer.call_later(0.01, fired.append, "early")
+        await asyncio.sleep(0.05)
+        assert fired == ["early"]
+
+
+async def test_max_pending_refuses_and_changes_nothing() -> None:
+    async with Timer(max_pending=2) as timer:
+        timer.call_later(10, print)
+        timer.call_later(10, print)
+        before = timer.stats()
+        with pytest.raises(PendingLimitError, match="max_pending=2"):
+            timer.call_later(10, print)
+        with pytest.raises(PendingLimitError):
+            await timer.sleep(10)
+        coro = asyncio.sleep(0)
+        with pytest.raises(PendingLimitError):
+            timer.schedule_later(10, coro)
+        coro.close()
+        assert timer.stats() == before
+
+
+async def test_use_from_another_thread_raises() -> None:
+    async with Timer() as timer:
+        errors: list[BaseException] = []
+
+        def other() -> None:
+            try:
+                timer.call_later(1, print)
+            except RuntimeError as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert len(errors) == 1
+        assert "thread" in str(errors[0])
+        assert len(timer) == 0
+
+
+def test_every_entry_point_outside_a_loop_raises_runtime_error() -> None:
+    timer = Timer()
+    calls = [*_entry_points(timer), lambda: timer.schedule_at(1e9, print)]
+    for call in calls:  # schedule_at once failed an internal assert here instead
+        with pytest.raises(RuntimeError, match="no event loop is running in this thread"):
+            call()
+    assert len(timer) == 0
+
+
+def test_misuse_gets_the_same_error_whichever_way_the_loop_is_checked() -> None:
+    # On 3.11 the hot path asks an asyncio loop for its thread instead of asking asyncio for
+    # the running loop (a getpid() there): a stopped loop, and a loop now run by another
+    # thread, must still be refused with asyncio's answer, by every entry point.
+    timer = Timer()
+    loop = asyncio.new_event_loop()
+
+    async def bind() -> None:
+        timer.call_later(10, print)
+
+    try:
+        loop.run_until_complete(bind())
+        for call in _entry_points(timer):  # the loop's own thread, between two runs
+            with pytest.raises(RuntimeError, match="no event loop is running in this thread"):
+                call()
+        thread = threading.Thread(target=loop.run_forever)
+        thread.start()
+        try:
+            while not loop.is_running():
+                threading.Event().wait(0.001)
+            for call in _entry_points(timer):  # the loop now runs in another thread
+                with pytest.raises(RuntimeError, match="thread"):
+                    call()
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+        assert len(timer) == 1
+        loop.run_until_complete(bind())  # and back in this thread, it works again
+        assert len(timer) == 2
+    finally:
+        loop.run_until_complete(timer.aclose())
+        loop.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_is_refused_as_asyncio_refuses_it() -> None:
+    # asyncio forgets the running loop in a forked child (3.11: its pid check; 3.12+: a fork
+    # hook); so must the timer's hot path, whatever check it makes.
+    timer = Timer()
+    results: list[int] = []
+
+    async def main() -> None:
+        timer.call_later(10, print)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded ... fork()"
+            pid = os.fork()
+        if pid == 0:  # the child: exit at once, whatever happens, with the verdict
+            code = 3
+            try:
+                for call in _entry_points(timer):
+                    try:
+                        call()
+                    except RuntimeError:
+                        continue
+                    code = 1
+                    break
+                else:
+                    code = 0 if asyncio._get_running_loop() is None else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)  # noqa: ASYNC222 (the child exits at once)
+        results.append(os.waitstatus_to_exitcode(status))
+        await timer.aclose()
+
+    asyncio.run(main())
+    assert results == [0], "the child filed a timer (1), or asyncio saw a loop running (2)"
+
+
+def test_use_from_another_loop_raises() -> None:
+    timer = Timer()
+
+    async def bind() -> None:
+        timer.call_later(10, print)
+
+    async def other() -> None:
+        with pytest.raises(RuntimeError, match="different event loop"):
+            timer.call_later(1, print)
+
+    loop1 = asyncio.new_event_loop()
+    loop2 = asyncio.new_event_loop()
+    try:
+        loop1.run_until_complete(bind())
+        loop2.run_until_complete(other())
+    finally:
+        loop1.run_until_complete(timer.aclose())
+        loop1.close()
+        loop2.close()
+
+
+def test_loop_closed_with_timers_pending_is_silent() -> None:
+    loop = asyncio.new_event_loop()
+    timer = Timer()
+
+    async def main() -> None:
+        timer.call_later(100, print)
+        background.append(asyncio.ensure_future(timer.sleep(100)))
+        await asyncio.sleep(0.01)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        errors = collect_errors(loop)
+        loop.run_until_complete(main())
+        loop.close()
+        del loop
+        gc.collect()
+    assert [e for e in errors if "destroyed" in e.get("message", "")] == []
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_asyncio_run_exit_with_timers_pending_is_silent() -> None:
+    timer = Timer()
+    errors: list[list[dict[str, Any]]] = []
+
+    async def main() -> None:
+        errors.append(collect_errors(asyncio.get_running_loop()))
+        timer.call_later(100, print)
+        background.append(asyncio.ensure_future(timer.sleep(100)))
+        await asyncio.sleep(0)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(main())
+        gc.collect()
+    assert timer.closed()
+    assert errors == [[]]
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+async def test_stats_report_lateness_and_wakeups() -> None:
+    async with Timer() as timer:
+        timer.call_later(0.01, lambda: None)
+        await asyncio.sleep(0.05)
+        stats = timer.stats()
+        assert stats.fired == 1
+        assert stats.wakeups >= 1
+        assert 0 <= stats.max_lateness < 1.0  # generous: a loaded 2-core machine
+        assert stats.pending == 0
+
+
+async def test_idle_timeout_pushed_back_on_every_read_never_fires() -> None:
+    loop = asyncio.get_running_loop()
+    timer = aiowheel.get_timer()
+    async with timer.timeout(0.05) as cm:
+        for _ in range(15):
+            await asyncio.sleep(0.01)
+            cm.reschedule(loop.time() + 0.05)
+        heap_before = list(timer._wheel._heap)
+        for _ in range(10_000):
+            cm.reschedule(loop.time() + 0.05)
+        assert timer._wheel._heap == heap_before  # later is O(1): no heap work
+    assert not cm.expired()
+    with pytest.raises(TimeoutError):
+        async with timer.timeout(0.05) as cm:
+            await asyncio.sleep(1)
+
+
+async def test_many_timers_on_one_loop_warn_once() -> None:
+    from aiowheel._engine import TOO_MANY_TIMERS
+
+    timers = [Timer() for _ in range(TOO_MANY_TIMERS + 5)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for t in timers:
+            t.call_later(10, print)
+    messages = [str(w.message) for w in caught if "get_timer" in str(w.message)]
+    assert len(messages) == 1
+    for t in timers:
+        await t.aclose()
