@@ -214,6 +214,7 @@ class _BaseHeap:
         "near_call_at",
         "near_call_later",
         "reenters_at",
+        "wakes_by_at",
     )
 
     def __init__(self, loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
@@ -222,6 +223,12 @@ class _BaseHeap:
         self._base_call_later: Callable[..., Any] = base.call_later
         # asyncio's call_later goes through self.call_at: call_at is then the way in.
         self.reenters_at = base.call_later is asyncio.BaseEventLoop.call_later
+        # The engine's wake-up goes to the one method that does not come back round. asyncio's
+        # call_at calls nothing else, so every subclass of asyncio's loops, including one that
+        # overrides call_later around asyncio's (which calls self.call_at: the router, and
+        # from there the wheel the wake-up is for), is woken through call_at; uvloop's
+        # call_later is its way in (its call_at calls self.call_later).
+        self.wakes_by_at = issubclass(base, asyncio.BaseEventLoop)
         asyncio_clock = getattr(base, "time", None) is asyncio.BaseEventLoop.time
         self._clock: Callable[[], float] = time.monotonic if asyncio_clock else loop.time
         self.near_call_at: Callable[..., Any] = base.call_at.__get__(loop, type(loop))
@@ -246,7 +253,7 @@ class _BaseHeap:
     def wake_at(self, when: float, callback: Callable[[], None]) -> Any:
         """The engine's wake-up handle: on the heap, unpadded, whatever its distance (a
         wheel re-checks every deadline when it runs, so a little early costs a re-file)."""
-        if self.reenters_at:
+        if self.wakes_by_at:
             return self._base_call_at(self._loop, when, callback)
         return self._base_call_later(self._loop, when - self._clock(), callback)
 

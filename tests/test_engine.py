@@ -16,7 +16,7 @@ import pytest
 
 import aiowheel
 from aiowheel import PendingLimitError, Timer, TimerClosedError
-from tests.support import collect_errors
+from tests.support import Base, collect_errors
 
 pytestmark = pytest.mark.anyio
 
@@ -88,19 +88,52 @@ async def test_reaper_cancelled_from_outside_fails_waiters_loudly() -> None:
         timer.call_later(1, print)
 
 
-async def test_at_most_one_loop_timer_handle_whatever_the_pending_count() -> None:
-    loop = asyncio.get_running_loop()
-    scheduled = getattr(loop, "_scheduled", None)
-    if scheduled is None:
-        pytest.skip(f"{type(loop).__name__} does not show its timer heap (asyncio's does)")
-    async with Timer() as timer:
-        before = sum(not h.cancelled() for h in scheduled)
-        handles = [timer.call_later(0.001 * (i % 500) + 0.01, lambda: None) for i in range(5000)]
-        # Exactly one more live handle on the loop's heap: the wheel's one wake-up.
-        assert sum(not h.cancelled() for h in scheduled) == before + 1
-        for h in handles:
-            h.cancel()
-        assert len(timer) == 0
+def _counting(base: Base) -> type[asyncio.AbstractEventLoop]:
+    """``base`` (or asyncio's default loop) keeping every timer handle its heap hands out."""
+    cls: Any = base or asyncio.SelectorEventLoop
+
+    class Counting(cls):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            # By identity: uvloop's call_at calls self.call_later, asyncio's the reverse.
+            self.timer_handles: dict[int, Any] = {}
+
+        def call_at(self, when: Any, callback: Any, *args: Any, **kwargs: Any) -> Any:
+            handle = super().call_at(when, callback, *args, **kwargs)
+            self.timer_handles[id(handle)] = handle
+            return handle
+
+        def call_later(self, delay: Any, callback: Any, *args: Any, **kwargs: Any) -> Any:
+            handle = super().call_later(delay, callback, *args, **kwargs)
+            self.timer_handles[id(handle)] = handle
+            return handle
+
+    return Counting
+
+
+@pytest.mark.parametrize("mode", ["base", "loop-mode"])
+def test_at_most_one_loop_timer_handle_whatever_the_pending_count(base: Base, mode: str) -> None:
+    async def main() -> int:
+        loop: Any = asyncio.get_running_loop()
+        live = lambda: sum(not h.cancelled() for h in loop.timer_handles.values())  # noqa: E731
+        async with Timer() as timer:
+            await asyncio.sleep(0)
+            before = live()
+            handles = [timer.call_later(0.001 * (i % 500) + 0.01, print) for i in range(5000)]
+            added = live() - before
+            for handle in handles:
+                handle.cancel()
+            assert len(timer) == 0
+            return added
+
+    counting = _counting(base)
+    if mode == "loop-mode":
+        added = aiowheel.run(main(), base=counting)
+    else:
+        with asyncio.Runner(loop_factory=counting) as runner:
+            added = runner.run(main())
+    # Exactly one more live handle on the loop's heap, whatever the base: the wheel's wake-up.
+    assert added == 1
 
 
 async def test_the_reaper_does_not_wake_while_nothing_is_due() -> None:
