@@ -231,7 +231,8 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """One line: how many tests ran on loop mode, on which base; how many were left off, why."""
-    terminalreporter.write_line(summary_line(config.stash.get(_tally, Counter())))
+    tally: Counter[tuple[str, str]] = config.stash.get(_tally, Counter())
+    terminalreporter.write_line(summary_line(tally))
 
 
 def summary_line(tally: Mapping[tuple[str, str], int]) -> str:
