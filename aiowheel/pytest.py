@@ -188,15 +188,15 @@ def _where(item: pytest.Item) -> tuple[str, str] | None:
         factory = params[_PYTEST_ASYNCIO_FACTORY]
         if isinstance(factory, LoopFactory) and factory in _factories.values():
             return ("loop mode", _base_name(factory))
-        return ("left off", "the suite's own loop factories")
+        return ("left off", "own loop factories hook")
     backend = getattr(item, "funcargs", {}).get("anyio_backend")
     if not backend or not inspect.iscoroutinefunction(getattr(item, "obj", None)):
         return None
     name, options = (backend, {}) if isinstance(backend, str) else backend
     if name != "asyncio":
-        return ("left off", f"not asyncio ({name})")
+        return ("left off", name)  # trio: not asyncio, never an error
     if options.get("loop_factory") is not None:
-        return ("left off", "its own loop_factory")
+        return ("left off", "own loop_factory")
     base = "uvloop" if options.get("use_uvloop") else None
     return ("loop mode", _base_name(_factory(item.config, base)))
 
@@ -219,7 +219,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         kind, why = where
         if (
             kind == "left off"
-            and not why.startswith("not asyncio")
+            and why.startswith("own ")
             and item.config.getoption("aiowheel_strict")
         ):
             raise pytest.fail.Exception(
@@ -236,13 +236,15 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 
 def summary_line(tally: Mapping[tuple[str, str], int]) -> str:
-    """The run's line, from counts of (``"loop mode"``, base) and (``"left off"``, why)."""
+    """The run's line, from counts of (``"loop mode"``, base) and (``"left off"``, why):
+    ``aiowheel: 225 tests on loop mode (asyncio 225); 411 left off (own loop_factory 221,
+    trio 190)``."""
     on = {base: n for (kind, base), n in tally.items() if kind == "loop mode"}
     off = {why: n for (kind, why), n in tally.items() if kind == "left off"}
     line = f"aiowheel: {sum(on.values())} tests on loop mode"
     if on:
-        line += " (" + ", ".join(f"base {base}: {n}" for base, n in sorted(on.items())) + ")"
-    line += f"; {sum(off.values())} left on their own loops"
+        line += " (" + ", ".join(f"{base} {n}" for base, n in sorted(on.items())) + ")"
+    line += f"; {sum(off.values())} left off"
     if off:
-        line += " (" + ", ".join(f"{why}: {n}" for why, n in sorted(off.items())) + ")"
+        line += " (" + ", ".join(f"{why} {n}" for why, n in sorted(off.items())) + ")"
     return line

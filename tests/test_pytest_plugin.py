@@ -165,14 +165,14 @@ SHAPES: dict[str, Shape] = {
     # anyio's own anyio_backend fixture: asyncio and trio (installed).
     "anyio-default": Shape(
         {"test_a.py": ANYIO_TESTS},
-        tally={("loop mode", "asyncio"): 2, ("left off", "not asyncio (trio)"): 2},
+        tally={("loop mode", "asyncio"): 2, ("left off", "trio"): 2},
     ),
     "anyio-parametrized-fixture": Shape(
         {"conftest.py": PARAMETRIZED_FIXTURE, "test_a.py": ANYIO_TESTS},
         tally={
             ("loop mode", "asyncio"): 2,
             ("loop mode", "uvloop"): 2,
-            ("left off", "not asyncio (trio)"): 2,
+            ("left off", "trio"): 2,
         },
     ),
     "anyio-constant-fixture": Shape(
@@ -181,7 +181,7 @@ SHAPES: dict[str, Shape] = {
     ),
     "anyio-late-markers": Shape(
         {"conftest.py": LATE_MARKERS, "test_a.py": UNMARKED_ANYIO_TESTS},
-        tally={("loop mode", "asyncio"): 2, ("left off", "not asyncio (trio)"): 2},
+        tally={("loop mode", "asyncio"): 2, ("left off", "trio"): 2},
     ),
     "anyio-late-markers-and-fixture": Shape(
         {
@@ -209,7 +209,7 @@ SHAPES: dict[str, Shape] = {
                 '[("asyncio", {"loop_factory": asyncio.new_event_loop})])\n',
             )
         },
-        tally={("left off", "its own loop_factory"): 2},
+        tally={("left off", "own loop_factory"): 2},
     ),
     "pytest-asyncio-strict": Shape(
         {"test_a.py": PYTEST_ASYNCIO_TESTS},
@@ -226,7 +226,7 @@ SHAPES: dict[str, Shape] = {
             "\n    return {'plain': asyncio.new_event_loop}\n",
             "test_a.py": PYTEST_ASYNCIO_TESTS,
         },
-        tally={("left off", "the suite's own loop factories"): 2},
+        tally={("left off", "own loop factories hook"): 2},
     ),
 }
 
@@ -292,7 +292,7 @@ def test_strict_fails_every_asyncio_test_left_off_and_only_those(tmp_path: Path)
     proc, _ = run_shape(tmp_path, shape, "-p", "aiowheel.pytest", "--aiowheel-strict")
     assert proc.returncode == 1
     assert "2 failed" in proc.stdout
-    assert "left on its own loop (its own loop_factory)" in proc.stdout
+    assert "left on its own loop (own loop_factory)" in proc.stdout
     trio = SHAPES["anyio-default"]  # trio is not asyncio: never an error
     proc, _ = run_shape(tmp_path / "trio", trio, "-p", "aiowheel.pytest", "--aiowheel-strict")
     assert proc.returncode == 0, proc.stdout
