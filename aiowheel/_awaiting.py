@@ -88,6 +88,8 @@ async def wait_for(
             limit = timeout
         else:
             limit = _seconds("timeout", timeout)
+        if limit is not None and limit != limit:
+            raise ValueError("timeout must not be NaN")
         guard = None if limit is not None and limit <= 0 else make_timeout(limit)
     except BaseException:
         if asyncio.iscoroutine(aw):

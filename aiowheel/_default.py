@@ -64,7 +64,11 @@ def get_timer() -> Timer:
         return timer
     loop = _get_running_loop()
     if loop is None:
-        raise RuntimeError("aiowheel.get_timer() needs a running event loop")
+        raise RuntimeError(
+            "aiowheel's module-level helpers (get_timer, call_later, sleep, timeout, ...) need "
+            "a running event loop in this thread; from another thread, hand the call to the "
+            "loop with loop.call_soon_threadsafe(...)"
+        )
     timer = _timers.get(loop)
     if timer is None:
         timer = timer_of(loop)  # a loop-mode loop's own wheel

@@ -189,6 +189,7 @@ class Engine(Owner):
         "_limit",
         "_loop",
         "_max_lateness",
+        "_pass_floor",
         "_ready",
         "_reaper",
         "_slots",
@@ -233,6 +234,9 @@ class Engine(Owner):
         self._cancelled_on_close = 0
         self._wakeups = 0
         self._max_lateness = 0.0
+        # The start of the first tick the last reaper pass left unprocessed: a timer due
+        # before it cannot have been pending then, so it was filed later, already due.
+        self._pass_floor = 0.0
         self._ready: list[_Timed] = []
         self._clock: Callable[[], float] = time.monotonic
         # Set when the engine is bound to a loop-mode loop (aiowheel._loop): `_wake_at` files
@@ -325,7 +329,13 @@ class Engine(Owner):
         if self._closed:
             return
         if reaper.cancelled():
-            cause = "its reaper task was cancelled"
+            # Most often asyncio.run() (or a test runner) ending its loop: it cancels every
+            # task left, this one too. Say so, and what to do about a Timer kept past it.
+            cause = (
+                "its reaper task was cancelled: its event loop ended or cancelled it; a Timer "
+                "serves one loop, so make one per loop (async with Timer(), or "
+                "aiowheel.get_timer())"
+            )
         else:
             exc = reaper.exception()
             cause = f"its reaper task failed: {exc!r}"
@@ -347,6 +357,7 @@ class Engine(Owner):
         """Take ``loop``'s clock, debug flag and thread; count this timer against the loop."""
         self._bound_loop = loop
         self._epoch = loop.time()
+        self._pass_floor = self._epoch
         # On a loop-mode loop (aiowheel._loop) the wake-up handle goes on the loop's own heap,
         # as that loop's Timer's does: filed in the loop's wheel it would be rounded up twice.
         self._wake_at = _heap_wake_at.get(loop)
@@ -560,8 +571,17 @@ class Engine(Owner):
         return None
 
     def _unfile(self, entry: _Timed) -> bool:
-        """Take ``entry`` out of the wheel if it is in it; True if it was."""
+        """Take ``entry`` out of the wheel if it is in it; True if it was.
+
+        Like asyncio's, a handle's ``cancel()`` is not thread-safe and is not checked on the
+        hot path; in debug mode it is, as asyncio's debug mode checks its calls: from another
+        thread it raises, before anything changes."""
         if entry._prev is not None:
+            if self._debug and _get_ident() != self._thread_id:
+                raise RuntimeError(
+                    "a timer must be cancelled from the thread running its event loop; from "
+                    "another thread use loop.call_soon_threadsafe(handle.cancel)"
+                )
             return self._wheel.remove(entry)
         return False
 
@@ -629,6 +649,8 @@ class Engine(Owner):
             self._check_loop()
         if not isinstance(delay, float):
             delay = _validate.seconds("delay", delay)
+        elif delay != delay:
+            raise ValueError("delay must not be NaN")
         return self._sleeper(self._clock() + delay, result)
 
     def _sleeper(self, deadline: float, result: object) -> Sleeper | None:
@@ -771,7 +793,13 @@ class Engine(Owner):
                 continue
             fired += 1
             if now - when > lateness:
-                lateness = now - when
+                # How late the loop ran it. A deadline already past when it was filed (call_at
+                # of a past time, even -inf) is late only from when the wheel could first run
+                # it: the start of the tick the previous pass had not reached.
+                floor_ = self._pass_floor
+                late = now - when if when >= floor_ else now - floor_
+                if late > lateness:
+                    lateness = late
             try:
                 entry._fire(self)
             except Exception as exc:  # a bug must cost one timer, not the reaper
@@ -780,6 +808,7 @@ class Engine(Owner):
                 )
         self._fired += fired
         self._max_lateness = lateness
+        self._pass_floor = self._epoch + now_tick * self._tick
 
 
 def _deadline_of(entry: Entry) -> float:

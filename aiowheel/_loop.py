@@ -271,9 +271,15 @@ class _BaseHeap:
     def slow_call_later(
         self, delay: object, callback: object, *args: object, context: object = None
     ) -> Any:
-        """call_later with an odd argument: NaN refused, then the base's own answer."""
-        if isinstance(delay, float) and delay != delay:
-            raise ValueError("call_later() delay must not be NaN")
+        """call_later with an odd argument: two refusals of ours (as for call_at), then the
+        base's own answer."""
+        if isinstance(delay, float):
+            if delay != delay:
+                raise ValueError("call_later() delay must not be NaN")
+        elif delay is not None and not isinstance(delay, numbers.Real | Decimal):
+            # The base would fail on its own arithmetic ("unsupported operand type(s) for +:
+            # 'float' and 'str'"): the same TypeError, saying which argument is wrong.
+            raise TypeError(f"call_later() delay must be a real number, got {type(delay).__name__}")
         if self.reenters_at:
             if delay is None:  # asyncio's own message, without its trip through self.call_at
                 raise TypeError("delay must not be None")

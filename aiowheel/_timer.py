@@ -163,6 +163,8 @@ class Timer(Engine):
             self._check_loop()
         if not isinstance(delay, float):
             delay = seconds("delay", delay)
+        elif delay != delay:
+            raise ValueError("delay must not be NaN")
         return self._call(self._clock() + delay, callback, args, context)
 
     def sleep_until(self, deadline: Seconds, result: _T = None) -> Coroutine[Any, Any, _T]:  # type: ignore[assignment]
@@ -211,7 +213,7 @@ class Timer(Engine):
         """:meth:`schedule_at` ``delay`` seconds from now."""
         try:
             self._running_loop()
-            when = _validate.not_nan(self._loop_time() + seconds("delay", delay))
+            when = _validate.not_nan(self._loop_time() + seconds("delay", delay), "delay")
         except BaseException:
             if asyncio.iscoroutine(coro_or_function):
                 coro_or_function.close()  # refused: it will never run, so no warning either
@@ -229,7 +231,7 @@ class Timer(Engine):
             return Timeout(None, self)
         if not isinstance(delay, float):
             delay = seconds("delay", delay)
-        return Timeout(_validate.not_nan(self._now() + delay), self)
+        return Timeout(_validate.not_nan(self._now() + delay, "delay"), self)
 
     def timeout_at(self, when: Seconds | None) -> Timeout:
         """An ``asyncio.timeout_at(when)`` drop-in on this timer (None: no deadline)."""

@@ -80,10 +80,11 @@ def seconds(name: str, value: object) -> float:
     raise TypeError(f"{name} must be a real number of seconds, got {type(value).__name__}")
 
 
-def not_nan(when: float) -> float:
-    """``when``, unless it is NaN: then ValueError ("deadline must not be NaN")."""
+def not_nan(when: float, name: str = "deadline") -> float:
+    """``when``, unless it is NaN: then ValueError ("<name> must not be NaN"). ``name`` is the
+    argument the user gave: "delay" where a NaN delay made the deadline NaN."""
     if when != when:
-        raise ValueError("deadline must not be NaN")
+        raise ValueError(f"{name} must not be NaN")
     return when
 
 
