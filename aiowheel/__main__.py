@@ -1,4 +1,4 @@
-"""``python -m aiowheel``: asyncio's own REPL (``python -m asyncio``) on a loop-mode loop.
+"""``python -m aiowheel``: asyncio's own REPL (``python -m asyncio``) on a loop-mode loop::
 
     $ python -m aiowheel                 # top-level await; every timer on the loop's wheel
     >>> await asyncio.sleep(1)

@@ -263,8 +263,10 @@ class Timer(Engine):
         """Run ``callback(*args)`` (sync or async) at a fixed rate, without drift.
 
         The k-th run is due at ``start + k * interval`` (``start`` defaults to one interval
-        from now; pass ``timer.time()`` to run at once). ``missed`` is ``"skip"``,
-        ``"burst"`` or ``"delay"`` (see :mod:`aiowheel._periodic`).
+        from now; pass ``timer.time()`` to run at once). ``missed`` says what to do when the
+        loop comes back after missing ticks: ``"skip"`` (default) runs once now and goes on at
+        the next tick still ahead, counting the skipped ones; ``"burst"`` runs every missed
+        tick back to back; ``"delay"`` runs once now and restarts the schedule from now.
 
         >>> beat = timer.every(1.0, send_heartbeat)
         >>> beat.cancel()

@@ -1,4 +1,4 @@
-"""granian on loop mode: ``python -m aiowheel.granian`` in place of ``granian``.
+"""granian on loop mode: ``python -m aiowheel.granian`` in place of ``granian``::
 
     python -m aiowheel.granian --interface asgi app:app --loop uvloop
 

@@ -1,4 +1,4 @@
-"""gunicorn worker classes whose event loop is a loop-mode loop: one ``-k`` flag each.
+"""gunicorn worker classes whose event loop is a loop-mode loop: one ``-k`` flag each::
 
     gunicorn app:app -k aiowheel.gunicorn.UvicornWorker        # ASGI, uvicorn-worker's worker
     gunicorn app:app -k aiowheel.gunicorn.AsgiWorker           # ASGI, gunicorn's own (27+)

@@ -1,6 +1,6 @@
 """Zero-argument loop-mode loop factories, one per base loop, importable by name.
 
-Servers that take an event loop as an import path call it with no arguments:
+Servers that take an event loop as an import path call it with no arguments::
 
     uvicorn app:app --loop aiowheel.loops:uvloop --workers 4
     uvicorn app:app --loop aiowheel.loops:auto

@@ -36,7 +36,14 @@ html_static_path = ["_static"]
 html_favicon = "_static/favicon.svg"
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": True}
+# No "Bases:" line: the bases of the public classes are private (the engine, the entry base).
+autodoc_default_options = {"members": True, "undoc-members": True}
+# Classes the API returns and users never construct: no constructor signature (its parameters
+# are the engine's own), only the class and its methods.
+NOT_CONSTRUCTED = {
+    "aiowheel.TimerHandle", "aiowheel.Timeout", "aiowheel.PeriodicHandle", "aiowheel.Interval",
+    "aiowheel.Watchdog", "aiowheel.TimerStats",
+}  # fmt: skip
 # Names the autodoc signatures mention that live outside this site (no network for
 # intersphinx here): shown as plain text, not as broken links.
 nitpicky = False
@@ -55,7 +62,18 @@ def _require_docstrings(
         logging.getLogger(__name__).warning(f"public name without a docstring: {name}")
 
 
+def _hide_constructor(
+    app: Any, what: str, name: str, obj: Any, options: Any, signature: str | None,
+    return_annotation: str | None,
+) -> tuple[str, str | None] | None:  # fmt: skip
+    """No signature for a class users get from the API rather than make."""
+    if what in ("class", "exception") and name in NOT_CONSTRUCTED:
+        return "", None
+    return None
+
+
 def setup(app: Any) -> None:
-    """Connect the docstring check."""
+    """Connect the docstring check and the constructor hiding."""
     app.connect("autodoc-process-docstring", _require_docstrings)
+    app.connect("autodoc-process-signature", _hide_constructor)
 autodoc_mock_imports = ["granian"]  # aiowheel.granian registers with it on import

@@ -1,7 +1,8 @@
-"""The documentation site builds strictly, and its pages render in a real headless browser.
+"""The documentation site builds strictly, and its pages render in a real headless browser;
+and, in the default run, no docstring renders a command as a block quote.
 
-Needs the ``docs`` extra and a Chromium (Debian's ``chromium``; ``.ci/run`` installs it), so it
-is marked ``browser`` and left out of the default run:
+The browser tests need the ``docs`` extra and a Chromium (Debian's ``chromium``; ``.ci/run``
+installs it), so they are marked ``browser`` and left out of the default run:
 ``pytest -m browser tests/integration/test_docs.py``.
 The site is built with warnings as errors (a broken cross-reference, or a public name without
 a docstring, fails it), served on 127.0.0.1, and opened with Playwright driving that Chromium:
@@ -22,8 +23,6 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
-
-pytestmark = pytest.mark.browser
 
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -60,6 +59,7 @@ def served(site: Path) -> Iterator[str]:
         server.server_close()
 
 
+@pytest.mark.browser
 def test_every_public_name_has_an_entry_in_the_api_page(site: Path) -> None:
     import aiowheel
     import aiowheel.loops
@@ -78,6 +78,7 @@ def test_every_public_name_has_an_entry_in_the_api_page(site: Path) -> None:
         ("search.html?q=reschedule", "Timeout.reschedule"),
     ],
 )
+@pytest.mark.browser
 def test_pages_render_without_console_errors(
     served: str, page: str, expect: str, tmp_path: Path
 ) -> None:
@@ -101,3 +102,41 @@ def test_pages_render_without_console_errors(
             browser.close()
     assert errors == []
     assert (tmp_path / "page.png").stat().st_size > 1000
+
+
+def _docstrings() -> Iterator[tuple[str, str]]:
+    """(name, docstring) of every module of the package and every public name the API page
+    shows, methods and properties included."""
+    import importlib
+    import inspect
+
+    import aiowheel
+
+    for path in sorted((ROOT / "aiowheel").glob("*.py")):
+        name = "aiowheel" if path.stem == "__init__" else f"aiowheel.{path.stem}"
+        if name in ("aiowheel.gunicorn", "aiowheel.granian"):
+            pytest.importorskip(name.rpartition(".")[2])  # the servers' own packages
+        module = importlib.import_module(name)
+        yield name, inspect.getdoc(module) or ""
+    for public in aiowheel.__all__:
+        obj = getattr(aiowheel, public)
+        yield f"aiowheel.{public}", inspect.getdoc(obj) or ""
+        if inspect.isclass(obj):
+            for member, value in vars(obj).items():
+                if not member.startswith("_") and (doc := inspect.getdoc(value)):
+                    yield f"aiowheel.{public}.{member}", doc
+
+
+def test_no_docstring_renders_a_command_as_a_block_quote() -> None:
+    # An indented command after a paragraph that does not end in "::" is a block quote in
+    # reStructuredText: Sphinx joins its lines and turns "--" into an en dash, and the command
+    # no longer pastes. Every indented block in these docstrings is meant as code.
+    from docutils import nodes
+    from docutils.core import publish_doctree
+
+    quoted = []
+    for name, doc in _docstrings():
+        tree = publish_doctree(doc, settings_overrides={"report_level": 5, "halt_level": 5})
+        for quote in tree.findall(nodes.block_quote):
+            quoted.append(f"{name}: {quote.astext()[:80]!r}")
+    assert not quoted, "block quotes (a missing '::'?):\n" + "\n".join(quoted)
