@@ -66,4 +66,4 @@ __all__ = [
     "wait_for",
 ]
 
-__version__ = "0.4.0"
+__version__ = "0.5.0.dev0"

@@ -10,8 +10,8 @@ interpreter (3.13's and 3.14's ``ps``/``pstree`` sub-commands included). It make
 ``asyncio.new_event_loop()``, and the only other hook is the event loop policy, which 3.14
 deprecates: this command rebinds ``asyncio.new_event_loop`` to a loop-mode factory in its own
 process, which is the REPL's and nothing else's, then runs asyncio's ``__main__``.
-``--base uvloop`` (or ``rloop``, ``zuvloop``) puts the wheel on that loop instead of asyncio's
-default loop.
+``--base uvloop`` (or ``rloop``, ``zuvloop``, or ``auto``: the fastest installed) puts the
+wheel on that loop instead of asyncio's default loop.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import runpy
 import sys
 
 import aiowheel
-from aiowheel.loops import BASES, base_class
+from aiowheel.loops import BASES, auto_base, base_class
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,13 +33,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--base",
-        choices=tuple(BASES),
+        choices=(*BASES, "auto"),
         default="asyncio",
-        help="the event loop under the wheel (default: asyncio's default loop)",
+        help="the event loop under the wheel (default: asyncio's default loop; auto: the "
+        "fastest installed, as aiowheel.loops:auto)",
     )
     args, rest = parser.parse_known_args(argv)
     try:
-        base = base_class(args.base)
+        base = auto_base() if args.base == "auto" else base_class(args.base)
     except ImportError as exc:
         parser.error(str(exc))
     setattr(asyncio, "new_event_loop", aiowheel.loop_factory(base))  # noqa: B010

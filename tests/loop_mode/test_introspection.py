@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 import aiowheel
+import aiowheel.loops
 from aiowheel import timer_of
-from tests.support import ROOT, Base, run_python
+from tests.support import BASES, ROOT, Base, run_python
 
 needs_314 = pytest.mark.skipif(sys.version_info < (3, 14), reason="new in Python 3.14")
 
@@ -37,7 +38,7 @@ def run_on(base: Base, wheel: bool, main: Callable[[], Coroutine[Any, Any, Any]]
 # -- the REPL -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("base_name", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("base_name", ["asyncio", "uvloop", "auto"])
 def test_repl_runs_top_level_await_on_a_loop_mode_loop(base_name: str) -> None:
     lines = [
         "import aiowheel",
@@ -53,7 +54,8 @@ def test_repl_runs_top_level_await_on_a_loop_mode_loop(base_name: str) -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     assert "asyncio REPL" in out
-    loop_class = "WheelLoop" if base_name == "uvloop" else "WheelUnixSelectorEventLoop"
+    base = aiowheel.loops.auto_base() if base_name == "auto" else BASES[base_name]
+    loop_class = "Wheel" + (base or asyncio.SelectorEventLoop).__name__.lstrip("_")
     assert f"LOOP {loop_class}" in out
     assert "FIRED 1" in out  # the 50 ms sleep was a wheel timer, and it fired
     assert "Traceback" not in out
