@@ -33,6 +33,7 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 html_theme = "furo"
 html_title = f"aiowheel {release}"
 html_static_path = ["_static"]
+html_css_files = ["aiowheel.css"]
 html_favicon = "_static/favicon.svg"
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"

@@ -104,6 +104,53 @@ def test_pages_render_without_console_errors(
     assert (tmp_path / "page.png").stat().st_size > 1000
 
 
+WIDTHS = (1280, 390)  # a laptop, a phone
+
+
+@pytest.mark.browser
+def test_no_page_scrolls_sideways_and_no_code_holds_an_en_dash(served: str, site: Path) -> None:
+    # At a laptop's and a phone's width, a page is never wider than the window: wide code
+    # blocks and tables scroll inside their own box. And no code-like text holds an en dash
+    # (a "--" that typography turned into one no longer pastes as an option).
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "no chromium on PATH: apt-get install chromium (as .ci/run does)"
+    shots = ROOT / "docs" / "_build" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    pages = sorted(
+        path.name
+        for path in site.glob("*.html")
+        if path.name not in ("genindex.html", "search.html", "py-modindex.html")
+    )
+    wide: list[str] = []
+    dashed: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        try:
+            for width in WIDTHS:
+                tab = browser.new_page(viewport={"width": width, "height": 900})
+                for page in pages:
+                    tab.goto(f"{served}/{page}", wait_until="load")
+                    overflow = tab.evaluate(
+                        "document.documentElement.scrollWidth - window.innerWidth"
+                    )
+                    if overflow > 1:
+                        wide.append(f"{page} at {width} px: {overflow} px too wide")
+                    dashes = tab.evaluate(
+                        "[...document.querySelectorAll('code, pre, kbd')]"
+                        ".map(e => e.innerText).filter(t => t.includes('\u2013'))"
+                    )
+                    dashed += [f"{page}: {text[:60]!r}" for text in dashes]
+                    if page in ("index.html", "quickstart.html", "api.html", "performance.html"):
+                        tab.screenshot(path=str(shots / f"{page[:-5]}-{width}.png"))
+                tab.close()
+        finally:
+            browser.close()
+    assert not wide, wide
+    assert not dashed, dashed
+
+
 def _docstrings() -> Iterator[tuple[str, str]]:
     """(name, docstring) of every module of the package and every public name the API page
     shows, methods and properties included."""
