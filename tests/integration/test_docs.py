@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import re
 import shutil
 import subprocess
 import sys
@@ -187,3 +188,17 @@ def test_no_docstring_renders_a_command_as_a_block_quote() -> None:
         for quote in tree.findall(nodes.block_quote):
             quoted.append(f"{name}: {quote.astext()[:80]!r}")
     assert not quoted, "block quotes (a missing '::'?):\n" + "\n".join(quoted)
+
+
+def test_every_result_file_the_docs_name_exists_under_docs_data() -> None:
+    # The README names results from the root (docs/data/...), the pages from docs/ (data/...),
+    # in links, images and backticks, with globs for a series; each must match a file.
+    named: list[tuple[str, str]] = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for path in re.findall(r"(?:docs/)?data/[\w.*/-]+\.(?:json|png)", page.read_text()):
+            named.append((page.name, path if path.startswith("docs/") else f"docs/{path}"))
+    assert len(named) >= 10, named  # the pages do quote results
+    missing = [(page, path) for page, path in named if not list(ROOT.glob(path))]
+    assert not missing, missing
+    loose = sorted(p.name for p in (ROOT / "docs").glob("*") if p.suffix in (".json",))
+    assert not loose, f"results outside docs/data: {loose}"
