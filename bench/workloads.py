@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import importlib
 import random
 import time
 import tracemalloc
@@ -20,6 +19,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import aiowheel
+import aiowheel.loops
 from aiowheel._wheel import Entry, Wheel
 
 # A server's loop runs between requests: the churn workloads yield to it every this many ops.
@@ -38,21 +38,11 @@ def run(contender: str, factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     """Run ``factory()`` to completion on a new loop for ``contender`` ("kind/loop")."""
     kind, _, loop_name = contender.partition("/")
     gc.collect()
-    base = base_class(loop_name)
+    base = aiowheel.loops.base_class(loop_name)
     if kind == "loop-mode":
         return aiowheel.run(factory(), base=base)
     with asyncio.Runner(loop_factory=base) as runner:
         return runner.run(factory())
-
-
-def base_class(loop_name: str) -> type[asyncio.AbstractEventLoop] | None:
-    """The event loop class named ``loop_name`` (None: asyncio's default)."""
-    if loop_name == "asyncio":
-        return None
-    module = importlib.import_module(loop_name)
-    probe = module.new_event_loop()  # uvloop.Loop, rloop's RLoop, zuvloop's EventLoop
-    probe.close()
-    return type(probe)
 
 
 async def _timer_for(kind: str) -> aiowheel.Timer | None:

@@ -20,7 +20,9 @@ def test_tiny_run_writes_every_workload_table_json_and_plot(
     document = json.loads((tmp_path / "bench.json").read_text())
     assert set(document["raw"]) == set(suite.WORKLOADS)
     assert document["environment"]["python"]
-    assert {g["goal"] for g in document["goals"]}
+    assert {t["target"] for t in document["targets"]}
+    assert "of the project's targets met on this machine (--targets lists them)" in out
+    assert "[met]" not in out and "[MISSED]" not in out  # targets only when asked
     assert (tmp_path / "bench.png").stat().st_size > 1000
     storm = document["raw"]["storm"]
     assert len(storm) == 2  # the heavy and the light storm
@@ -32,7 +34,7 @@ def test_tiny_run_writes_every_workload_table_json_and_plot(
     assert {"loop-mode/asyncio", "loop-mode/uvloop"} <= set(churn)
     rows = [r for r in document["medians"] if r["contender"] == "loop mode"]
     assert {r["workload"] for r in rows} >= {"churn", "timeout", "fanout", "storm", "memory"}
-    assert any(g["goal"].startswith("loop mode:") for g in document["goals"])
+    assert any(t["target"].startswith("loop mode:") for t in document["targets"])
     # Every base installed here, as a peer and as a loop-mode base; never early on any.
     installed = [loop for loop in suite.LOOPS if suite._installed(loop)]
     for param in storm:
@@ -42,8 +44,19 @@ def test_tiny_run_writes_every_workload_table_json_and_plot(
         (measured,) = document["raw"][workload].values()
         assert {f"loop/{loop}" for loop in installed} <= set(measured)
         assert {f"loop-mode/{loop}" for loop in installed} <= set(measured)
-    peers = [g for g in document["goals"] if g["goal"].startswith("vs the fastest peer")]
-    assert {g["goal"].split(":")[1].split()[0] for g in peers} >= {"schedule", "due", "timeout"}
+    peers = [t for t in document["targets"] if t["target"].startswith("vs the fastest peer")]
+    assert {t["target"].split(":")[1].split()[0] for t in peers} >= {"schedule", "due", "timeout"}
+
+
+def test_targets_are_listed_when_asked_with_what_a_miss_means(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite.main(["--tiny", "--workloads", "timeout", "--targets", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "Targets are the project's own aims" in out
+    assert "not that anything is broken" in out
+    assert "timeout CM >= 2x asyncio.timeout on asyncio:" in out
+    assert "[met]" in out or "[MISSED]" in out
 
 
 def test_selected_workloads_and_contenders_only(
