@@ -3,8 +3,8 @@
 What runs is :mod:`bench.registry` (the contenders, the sizes, one entry per workload); how a
 run compares with the project's targets is :mod:`bench.targets` (shown with ``--targets``).
 This module is the command: it parses the options, runs every workload's jobs with the
-contenders alternating in each repeat, prints the table, and writes ``bench.json`` and
-``bench.png``.
+contenders alternating in each repeat, prints the table, and writes ``bench.json`` and the
+figures of :mod:`bench.plots` (``bench.png``, ``bench-storms.png``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import plots
 from .registry import (
     BY_NAME,
     CONTENDERS,
@@ -62,7 +63,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help=f"comma-separated, from: {', '.join(CONTENDERS)}",
     )
     parser.add_argument(
-        "--out", default="bench/results", help="directory for bench.json and bench.png"
+        "--out",
+        default="bench/results",
+        help="directory for bench.json, bench.png (churn) and bench-storms.png",
     )
     parser.add_argument("--repeats", type=int, default=None, help="override the repeat count")
     parser.add_argument(
@@ -79,7 +82,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--replot",
         metavar="JSON",
         default=None,
-        help="only redraw the plot of an earlier run's bench.json into --out",
+        help="only redraw the figures of an earlier run's bench.json into --out",
     )
     args = parser.parse_args(argv)  # fmt: skip
     for name, valid in (("workloads", WORKLOADS), ("contenders", CONTENDERS)):
@@ -110,7 +113,7 @@ def main(argv: list[str]) -> int:
         document = json.loads(Path(args.replot).read_text())
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        return 0 if plot(Results(raw=document["raw"]), out / "bench.png") else 1
+        return 0 if plots.draw(Results(raw=document["raw"]), out) else 1
     mode = "tiny" if args.tiny else "quick" if args.quick else "full"
     sizes = MODES[mode]
     if args.repeats:
@@ -181,8 +184,8 @@ def main(argv: list[str]) -> int:
     }
     (out / "bench.json").write_text(json.dumps(document, indent=2))
     print(f"\nwrote {out / 'bench.json'}", end="")
-    if plot(results, out / "bench.png"):
-        print(f" and {out / 'bench.png'}", end="")
+    for figure in plots.draw(results, out):
+        print(f" and {figure}", end="")
     print(f" ({elapsed:.0f} s)")
     return 0
 
@@ -281,56 +284,3 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return "unknown"
-
-
-def plot(results: Results, path: Path) -> bool:
-    """ops/s against pending (log-log), one line per contender, and the two storms' lateness."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (pip install -e '.[bench]'): no plot", flush=True)
-        return False
-    storms = list(results.raw.get("storm", {}))
-    fig, axes = plt.subplots(1, 1 + len(storms), figsize=(6 + 6 * len(storms), 5.5))
-    left = axes[0] if storms else axes
-    churn = results.raw.get("churn", {})
-    params = sorted(churn, key=lambda p: int(p.split("=")[1].replace(",", "")))
-    xs = [int(p.split("=")[1].replace(",", "")) for p in params]
-    for contender in CONTENDERS:
-        ys = [results.median("churn", p, contender, "ops_per_s") for p in params]
-        if any(y is not None for y in ys):
-            left.plot(xs, [y or float("nan") for y in ys], label=contender,
-                      marker="s" if contender.startswith("loop-mode") else "o",
-                      linestyle="--" if contender == "floor" else "-")  # fmt: skip
-    left.set_xscale("log")
-    left.set_yscale("log")
-    left.set_xlabel("timers pending")
-    left.set_ylabel("call_later + cancel per second")
-    left.set_title("Churn: arm 30 s out, cancel an older one")
-    left.grid(True, which="both", alpha=0.3)
-    if params:
-        left.legend()
-    for ax, param in zip(axes[1:] if storms else [], storms, strict=False):
-        names = [c for c in CONTENDERS if c in results.raw["storm"][param]]
-        width = 0.25
-        for i, metric in enumerate(("p50_ms", "p99_ms", "max_ms")):
-            values = [results.median("storm", param, c, metric) or 0 for c in names]
-            ax.bar([j + i * width for j in range(len(names))], values, width,
-                   label=metric.replace("_ms", ""))  # fmt: skip
-        labels = [
-            f"{c.replace('/', chr(10))}\nearly: {fmt(results.median('storm', param, c, 'early'))}"
-            for c in names
-        ]
-        ax.set_xticks([j + width for j in range(len(names))], labels, fontsize=7)
-        ax.set_ylabel("lateness (ms, by loop.time())")
-        ax.set_yscale("log")
-        ax.set_title(f"Fire storm: {param}")
-        ax.legend()
-        ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
