@@ -69,7 +69,7 @@ def _ext_modules() -> list[Any]:
         from mypyc.build import mypycify
 
         extensions = mypycify(_compiled_modules(), opt_level="3", group_name="aiowheel._mypyc")
-        if sys.platform != "win32":
+        if sys.platform.startswith("linux"):  # an ELF notion: gcc and clang on Linux
             # Every module of the group is one C file, and its functions call one another
             # (Timer.call_later -> Engine._call -> Wheel.insert). Without this flag each such
             # call goes through the PLT, since an exported symbol could be interposed, and none

@@ -30,6 +30,10 @@ import aiowheel.loops
 ROOT = Path(__file__).resolve().parent.parent
 """The checkout: the working directory of every subprocess a test starts."""
 
+PACKAGE = Path(aiowheel.__file__).resolve().parent
+"""The package under test, where it was imported from: the checkout's ``aiowheel/``, or an
+installed wheel's (CI runs the suite against a manylinux wheel too)."""
+
 Base = type[asyncio.AbstractEventLoop] | None
 """A base loop class as ``aiowheel.run(base=...)`` takes it (None: asyncio's default)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.support import ROOT
+from tests.support import PACKAGE, ROOT
 
 TABLE_ROW = re.compile(r"^\| `([\w.]+\.py)` \|.*\| (.+) \|$", flags=re.MULTILINE)
 # The groups of tests that are not one room's: whole programs, loop mode as a whole, CPython's.
@@ -21,7 +21,7 @@ def _rows() -> dict[str, list[str]]:
 
 def test_the_module_table_matches_the_package() -> None:
     named = set(_rows())
-    on_disk = {path.name for path in (ROOT / "aiowheel").glob("*.py")}
+    on_disk = {path.name for path in PACKAGE.glob("*.py")}
     assert named == on_disk, {"missing": on_disk - named, "stale": named - on_disk}
 
 

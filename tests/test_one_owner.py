@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from tests.support import PACKAGE
 
-PACKAGE = ROOT / "aiowheel"
 MODULES = {path.stem: path for path in sorted(PACKAGE.glob("*.py"))}
 
 # The engine's own state: only the engine (and the sans-IO wheel, for its own attributes)

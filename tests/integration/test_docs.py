@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from tests.support import PACKAGE, ROOT
 
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -160,7 +160,7 @@ def _docstrings() -> Iterator[tuple[str, str]]:
 
     import aiowheel
 
-    for path in sorted((ROOT / "aiowheel").glob("*.py")):
+    for path in sorted(PACKAGE.glob("*.py")):
         name = "aiowheel" if path.stem == "__init__" else f"aiowheel.{path.stem}"
         if name in ("aiowheel.gunicorn", "aiowheel.granian"):
             pytest.importorskip(name.rpartition(".")[2])  # the servers' own packages
