@@ -72,6 +72,10 @@ class Peer:
             self._writers.append(writer)
             timer = aiowheel.get_timer()
             async for _ in timer.interval(self.interval, start=timer.time()):
+                if writer.is_closing():
+                    # The peer is gone. (asyncio's transports drop a write after the close,
+                    # uvloop's raise RuntimeError: stop here either way.)
+                    return
                 writer.write(f"HB {self.name}\n".encode())
                 await writer.drain()
 
