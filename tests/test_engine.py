@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import random
 import threading
 import warnings
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 import aiowheel
 from aiowheel import PendingLimitError, Timer, TimerClosedError
-from tests.support import Base, collect_errors
+from tests.support import Base, collect_errors, run_virtual
 
 pytestmark = pytest.mark.anyio
 
@@ -364,3 +365,30 @@ async def test_many_timers_on_one_loop_warn_once() -> None:
     assert len(messages) == 1
     for t in timers:
         await t.aclose()
+
+
+def test_a_wheel_timer_is_late_by_at_most_one_tick_where_the_loop_adds_nothing() -> None:
+    # On a clock the test controls the loop adds no latency of its own (it wakes exactly at
+    # its heap's next deadline): what is left is the wheel's, and it is at most one tick,
+    # never early. The loop's own timers, beside them, are exactly on time.
+    tick = 0.001
+
+    async def main() -> tuple[list[float], list[float]]:
+        loop = asyncio.get_running_loop()
+        rng = random.Random(5)
+        ours: list[float] = []
+        theirs: list[float] = []
+        async with Timer(tick=tick) as timer:
+            for _ in range(500):
+                when = loop.time() + rng.uniform(0.0005, 0.05)
+                timer.call_at(when, lambda w=when: ours.append(loop.time() - w))
+                loop.call_at(when, lambda w=when: theirs.append(loop.time() - w))
+                await asyncio.sleep(rng.uniform(0, 0.01))
+            await asyncio.sleep(0.1)
+        return ours, theirs
+
+    ours, theirs = run_virtual(main())
+    assert len(ours) == len(theirs) == 500
+    assert min(ours) >= 0 and max(ours) <= tick + 1e-9, (min(ours), max(ours))
+    assert max(ours) > tick / 2  # the rounding up to the tick is there to see
+    assert all(abs(late) < 1e-9 for late in theirs)
