@@ -360,11 +360,15 @@ class Engine(Owner):
         self._pass_floor = self._epoch
         # On a loop-mode loop (aiowheel._loop) the wake-up handle goes on the loop's own heap,
         # as that loop's Timer's does: filed in the loop's wheel it would be rounded up twice.
-        self._wake_at = _heap_wake_at.get(loop)
+        self._wake_at = wake_at = _heap_wake_at.get(loop)
         # The loop's clock, as a direct call where the loop has not replaced asyncio's
         # (BaseEventLoop.time is a Python method around time.monotonic: ~40 ns per call saved
-        # on every hot path); uvloop's and any custom loop's own method otherwise.
-        if getattr(type(loop), "time", None) is asyncio.BaseEventLoop.time:
+        # on every hot path); uvloop's and any custom loop's own method otherwise. Another
+        # Timer on a loop-mode loop asks the loop each time: that loop's clock may be replaced
+        # (a fake `loop.time`) and its wake-ups must then be filed by the clock the heap uses.
+        if wake_at is not None:
+            self._clock = _ClockOf(loop).time
+        elif getattr(type(loop), "time", None) is asyncio.BaseEventLoop.time:
             self._clock = time.monotonic
         else:
             self._clock = loop.time
@@ -390,6 +394,33 @@ class Engine(Owner):
         self._loop = loop
         self._use_thread_check(loop)
         self._driven = True
+
+    def _use_clock(self, clock: Callable[[], float], wake_at: WakeAt) -> None:
+        """Read time from ``clock`` and file the wake-up with ``wake_at`` from now on (loop
+        mode: a loop whose ``time`` was replaced, or a virtual clock; see aiowheel._loop).
+
+        As on asyncio's heap, where a replaced ``loop.time`` decides what is due: the wheel
+        keeps the tick it has reached, now on the new clock (the epoch moves), and every
+        pending timer is filed again by its deadline read on that clock, so one already past
+        comes due at once and the others when the clock reaches them.
+        """
+        self._clock = clock
+        self._wake_at = wake_at
+        loop = self._bound_loop
+        if loop is None or self._closed:
+            return
+        _heap_wake_at[loop] = wake_at
+        wheel = self._wheel
+        now = clock()
+        self._epoch = now - wheel.elapsed * self._tick
+        self._pass_floor = now
+        entries = wheel.drain()
+        entries.sort(key=_deadline_of)  # stable: filing order within a deadline
+        for entry in entries:
+            assert isinstance(entry, _Timed)
+            wheel.insert(entry, self._tick_for(entry._when))
+        if self._armed != _REAPER_AWAKE:  # else the pass under way re-arms when it ends
+            self._arm()
 
     def _set_debug(self, enabled: bool) -> None:
         """Follow the loop's debug mode (loop mode's set_debug calls this at once)."""
@@ -466,7 +497,10 @@ class Engine(Owner):
     def _tick_for(self, when: float) -> int:
         """The tick of deadline ``when``, rounded up; NEVER for +inf. ValueError for NaN."""
         try:
-            return ceil((when - self._epoch) * self._inverse_tick)
+            tick = ceil((when - self._epoch) * self._inverse_tick)
+            if self._epoch + (tick - 1) * self._tick >= when:
+                tick -= 1  # see _admit
+            return tick
         except OverflowError:
             if when > 0:
                 return NEVER
@@ -487,6 +521,10 @@ class Engine(Owner):
         """
         try:
             tick = ceil((when - self._epoch) * self._inverse_tick)
+            if self._epoch + (tick - 1) * self._tick >= when:
+                # Float rounding put a deadline that is a tick's own time one tick up (0.007 s
+                # is 7.000000000000001 ms): its own tick runs it no earlier, and exactly on time.
+                tick -= 1
         except (OverflowError, ValueError):
             tick = self._tick_for(when)
         if self._wheel._count >= self._limit:
@@ -768,7 +806,7 @@ class Engine(Owner):
         self._armed = _REAPER_AWAKE
         self._wakeups += 1
         self._debug = loop.get_debug()
-        now = loop.time()
+        now = self._clock()  # loop.time(), read the way the engine reads it everywhere
         # The epsilon absorbs float error at tick boundaries (a reading of 10.9999999 ticks
         # on a clock that says "tick 11 has begun"); without it uvloop, whose clock moves in
         # whole milliseconds, would spin for a millisecond. Entries are still checked against
@@ -809,6 +847,19 @@ class Engine(Owner):
         self._fired += fired
         self._max_lateness = lateness
         self._pass_floor = self._epoch + now_tick * self._tick
+
+
+class _ClockOf:
+    """A loop's clock as it is at each reading (``loop.time`` may be replaced on the loop)."""
+
+    __slots__ = ("_loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop: Final = loop
+
+    def time(self) -> float:
+        """``loop.time()``."""
+        return self._loop.time()
 
 
 def _deadline_of(entry: Entry) -> float:

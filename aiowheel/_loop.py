@@ -66,9 +66,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final, TypeVar
 
-from . import _validate
+from . import _validate, _virtual
 from ._loopcalls import LoopCalls
 from ._timer import Timer
+from ._virtual import VirtualClock, VirtualTime
 
 __all__ = [
     "DEFAULT_THRESHOLD",
@@ -136,6 +137,10 @@ class LoopConfig:
     threshold: float
     """Deadlines at least this many seconds ahead go to the wheel; nearer ones to the base's
     own heap."""
+    clock: VirtualTime | None = None
+    """A virtual clock's settings (:func:`aiowheel.testing.virtual_loop_factory`); None for
+    the loop's own, real clock. A virtual loop puts every timer on the wheel, whatever the
+    threshold."""
 
 
 class _LoopMode:
@@ -143,10 +148,29 @@ class _LoopMode:
 
     _aiowheel_config: LoopConfig
     _aiowheel_timer: Timer
+    _aiowheel_heap: _BaseHeap
+    _aiowheel_clock: VirtualClock | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _install(self, type(self)._aiowheel_config)
+
+    # One clock for the loop, a fake one included. A test that replaces the loop's `time` on
+    # the instance (`loop.time = fake`, `mock.patch.object(loop, "time", ...)`) makes asyncio
+    # run its heap by that clock; the engine and the base heap follow it here, so every timer
+    # is filed and fired by it, and go back to the loop's own when it is removed. Only this
+    # one attribute name costs more than a comparison (the loop sets few attributes per
+    # iteration, uvloop's native code none through here).
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "time" and "_aiowheel_timer" in self.__dict__:
+            _follow_time(self)
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        if name == "time" and "_aiowheel_timer" in self.__dict__:
+            _follow_time(self)
 
     def close(self) -> None:
         """Close the loop; pending timers are dropped silently (their handles read cancelled)."""
@@ -173,7 +197,17 @@ def _install(loop: Any, config: LoopConfig) -> None:
     """Give ``loop`` its Timer and bind its call_at / call_later to the Timer's router."""
     timer = Timer(tick=config.tick)
     heap = _BaseHeap(loop, config.base)
-    timer._drive_loop(loop, heap.wake_at)
+    loop._aiowheel_heap = heap
+    wake_at = heap.wake_at
+    if config.clock is not None:
+        # Virtual time (aiowheel._virtual): the wake-up is filed on the clock, and every
+        # deadline, near or past, goes to the wheel (the threshold is -inf: nothing waits on
+        # the base's real heap).
+        clock = VirtualClock(loop, config.clock)
+        loop._aiowheel_clock = clock
+        _virtual.install(loop, clock)
+        wake_at = clock.wake_at
+    timer._drive_loop(loop, wake_at)
     loop._aiowheel_timer = timer
     calls = LoopCalls(
         timer,
@@ -188,6 +222,25 @@ def _install(loop: Any, config: LoopConfig) -> None:
     # Instance attributes, found before the class's methods by every caller (the module doc).
     loop.call_at = calls.call_at
     loop.call_later = calls.call_later
+    if config.clock is not None:
+        timer._use_clock(clock.time, wake_at)  # the clock's own method: no loop frame
+
+
+def _follow_time(loop: Any) -> None:
+    """``loop.time`` was replaced on the instance or the replacement removed: the engine and
+    the base heap read the clock ``loop.time`` now is, and the wake-up goes where that clock
+    is kept (a fake clock: the base heap, as on asyncio; the virtual one: the clock)."""
+    heap: _BaseHeap = loop._aiowheel_heap
+    fake = loop.__dict__.get("time")
+    virtual: VirtualClock | None = loop._aiowheel_clock
+    if fake is not None:
+        clock, wake_at = fake, heap.wake_at
+    elif virtual is not None:
+        clock, wake_at = virtual.time, virtual.wake_at
+    else:
+        clock, wake_at = heap.own_clock, heap.wake_at
+    heap.use_clock(clock)
+    loop._aiowheel_timer._use_clock(clock, wake_at)
 
 
 class _BaseHeap:
@@ -213,6 +266,7 @@ class _BaseHeap:
         "_loop",
         "near_call_at",
         "near_call_later",
+        "own_clock",
         "reenters_at",
         "wakes_by_at",
     )
@@ -230,7 +284,9 @@ class _BaseHeap:
         # call_later is its way in (its call_at calls self.call_later).
         self.wakes_by_at = issubclass(base, asyncio.BaseEventLoop)
         asyncio_clock = getattr(base, "time", None) is asyncio.BaseEventLoop.time
-        self._clock: Callable[[], float] = time.monotonic if asyncio_clock else loop.time
+        self.own_clock: Final[Callable[[], float]] = time.monotonic if asyncio_clock else loop.time
+        """The loop's own clock (a direct ``time.monotonic`` on asyncio's loops)."""
+        self._clock = self.own_clock
         self.near_call_at: Callable[..., Any] = base.call_at.__get__(loop, type(loop))
         self.near_call_later: Callable[..., Any] = (
             self._asyncio_call_later
@@ -249,6 +305,10 @@ class _BaseHeap:
         if handle._source_traceback:  # asyncio's call_later drops its own frame too
             del handle._source_traceback[-1]
         return handle
+
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """Turn delays into deadlines by ``clock`` (the loop's ``time`` was replaced)."""
+        self._clock = clock
 
     def wake_at(self, when: float, callback: Callable[[], None]) -> Any:
         """The engine's wake-up handle: on the heap, unpadded, whatever its distance (a
@@ -332,6 +392,18 @@ def _debug_checks_for(loop: Any, base: type[Any]) -> Callable[[object, str], Non
     return thread_check
 
 
+class _VirtualMode:
+    """The part of a loop-mode class on a virtual clock that is not loop mode's: its time."""
+
+    def time(self) -> float:
+        """The loop's virtual time (:attr:`aiowheel.testing.VirtualClock.now`)."""
+        clock: VirtualClock | None = self._aiowheel_clock  # type: ignore[attr-defined]
+        if clock is None:  # the base loop's __init__ asking, before the clock is installed
+            settings = type(self)._aiowheel_config.clock  # type: ignore[attr-defined]
+            return float(settings.start)
+        return clock._now
+
+
 def _loop_class(config: LoopConfig) -> type[asyncio.AbstractEventLoop]:
     """The loop-mode class of ``config``: one per config (few in any program)."""
     cls = _classes.get(config)
@@ -340,12 +412,14 @@ def _loop_class(config: LoopConfig) -> type[asyncio.AbstractEventLoop]:
             cls = _classes.get(config)
             if cls is None:
                 base = config.base
+                virtual = config.clock is not None
                 cls = type(
-                    f"Wheel{base.__name__.lstrip('_')}",
-                    (_LoopMode, base),
+                    f"{'Virtual' if virtual else ''}Wheel{base.__name__.lstrip('_')}",
+                    (_VirtualMode, _LoopMode, base) if virtual else (_LoopMode, base),
                     {
                         "__module__": __name__,
-                        "__doc__": f"{base.__name__} with its timers on an aiowheel wheel.",
+                        "__doc__": f"{base.__name__} with its timers on an aiowheel wheel"
+                        + (", on a virtual clock." if virtual else "."),
                         "_aiowheel_config": config,
                     },
                 )
@@ -388,6 +462,17 @@ def loop_factory(
     checked_base = _check_base(base)
     checked_threshold = _validate.threshold(threshold)
     return LoopFactory(LoopConfig(checked_base, _validate.tick(tick), checked_threshold))
+
+
+def virtual_loop_factory(
+    base: type[asyncio.AbstractEventLoop] | None, tick: object, autojump: object, start: object
+) -> LoopFactory:
+    """The checked factory behind :func:`aiowheel.testing.virtual_loop_factory`."""
+    settings = VirtualTime(_validate.autojump(autojump), _validate.start(start))
+    return LoopFactory(LoopConfig(_check_base(base), _validate.tick(tick), -_INF, settings))
+
+
+_INF: Final = float("inf")
 
 
 class LoopFactory:
@@ -438,6 +523,13 @@ class LoopFactory:
 
     def __repr__(self) -> str:
         base = self.config.base
+        virtual = self.config.clock
+        if virtual is not None:
+            return (
+                f"aiowheel.testing.virtual_loop_factory({base.__module__}.{base.__qualname__}, "
+                f"autojump={virtual.autojump!r}, start={virtual.start!r}, "
+                f"tick={self.config.tick!r})"
+            )
         return (
             f"aiowheel.loop_factory({base.__module__}.{base.__qualname__}, "
             f"tick={self.config.tick!r}, threshold={self.config.threshold!r})"

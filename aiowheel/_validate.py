@@ -31,6 +31,8 @@ from typing import Final, NoReturn, Protocol, TypeAlias
 
 __all__ = [
     "MISSED_TICK_POLICIES",
+    "advance",
+    "autojump",
     "Count",
     "Name",
     "Seconds",
@@ -40,6 +42,7 @@ __all__ = [
     "not_nan",
     "period",
     "seconds",
+    "start",
     "threshold",
     "tick",
 ]
@@ -130,3 +133,41 @@ def missed(value: object) -> str:
             f"missed must be one of {', '.join(map(repr, MISSED_TICK_POLICIES))}, got {value!r}"
         )
     return value
+
+
+def advance(value: object) -> float:
+    """How far to move a virtual clock: a real number of seconds, not negative, finite."""
+    if isinstance(value, bool):
+        raise TypeError("seconds must be a real number of seconds, got bool")
+    result = not_nan(seconds("seconds", value), "seconds")
+    if not 0 <= result < math.inf:
+        raise ValueError(f"seconds must be a non-negative, finite number, got {value!r}")
+    return result
+
+
+def autojump(value: object) -> bool | float:
+    """A virtual clock's ``autojump``: True, False, or a non-negative, finite number of
+    seconds of real idle time."""
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"autojump must be True, False or a number of seconds, got {type(value).__name__}"
+        )
+    result = float(value)
+    if not 0 <= result < math.inf:
+        raise ValueError(
+            f"autojump must be True, False or a non-negative, finite number of seconds, "
+            f"got {value!r}"
+        )
+    return result
+
+
+def start(value: object) -> float:
+    """Where a virtual clock starts: a finite real number of seconds."""
+    if isinstance(value, bool):
+        raise TypeError("start must be a real number of seconds, got bool")
+    result = seconds("start", value)
+    if not math.isfinite(result):
+        raise ValueError(f"start must be a finite number of seconds, got {value!r}")
+    return result

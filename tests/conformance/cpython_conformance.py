@@ -44,9 +44,14 @@ def _counting_class(loop: str, mode: str, made: list[Any]) -> type[Any]:
     import aiowheel.loops
 
     # asyncio's default loop class, or the class the library's own factory makes.
-    factory = aiowheel.loop_factory(aiowheel.loops.base_class(loop))
+    base = aiowheel.loops.base_class(loop)
+    factory = aiowheel.loop_factory(base)
+    if mode == "virtual":
+        import aiowheel.testing
+
+        factory = aiowheel.testing.virtual_loop_factory(base)
     made_from: type[Any] = factory.config.base
-    if mode == "wheel":
+    if mode in ("wheel", "virtual"):
         probe = factory()
         probe.close()
         made_from = type(probe)
@@ -75,7 +80,7 @@ def _inject(cls: type[Any]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loop", choices=["asyncio", "uvloop", "rloop", "zuvloop"], required=True)
-    parser.add_argument("--mode", choices=["base", "wheel"], required=True)
+    parser.add_argument("--mode", choices=["base", "wheel", "virtual"], required=True)
     parser.add_argument("tests", nargs="+", help="test_tasks, or test_tasks.Class.test_name")
     args = parser.parse_args()
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import BASES
+
 HARNESS = Path(__file__).with_name("cpython_conformance.py")
 
 # The modules that exercise timers (test_waitfor is 3.12+ in the issue; older interpreters that
@@ -91,3 +93,20 @@ def test_cpython_asyncio_tests_pass_under_loop_mode(loop: str) -> None:
             f"fail under loop mode ({loop}) only, also when run again alone: {still}\n"
             + wheel["stderr"][-8000:]
         )
+
+
+VIRTUAL_MODULES = ["test_timeouts", "test_waitfor"]
+
+
+@pytest.mark.parametrize("loop", list(BASES))
+def test_cpython_timeout_tests_pass_on_a_virtual_clock(loop: str) -> None:
+    """asyncio's own timeout and wait_for tests, every loop they make on a virtual clock
+    (aiowheel.testing.virtual_loop_factory): no failure the base loop lacks, and the wheels
+    took their timers."""
+    base = _run(loop, "base", VIRTUAL_MODULES)
+    virtual = _run(loop, "virtual", VIRTUAL_MODULES)
+    assert virtual["missing"] == base["missing"]
+    assert virtual["run"] == base["run"] > 20
+    assert virtual["loops_made"] == virtual["wheel_loops"] > 20
+    assert virtual["wheel_timers"] > 100
+    assert not sorted(set(virtual["failed"]) - set(base["failed"])), virtual["stderr"][-8000:]

@@ -1,0 +1,402 @@
+"""Virtual time: a loop-mode loop whose clock moves only when the loop is idle or a test says so.
+
+Why it can be exact here. A loop-mode loop owns every timer of its program. With the threshold
+at minus infinity (every deadline, even a past one, goes to the wheel) the loop's own heap holds
+nothing, the wheel's wake-up is the only thing that waits for time, and :class:`VirtualClock`
+is where that wake-up is filed instead of the base loop's heap. ``loop.time()`` reads the
+clock; no ``time.monotonic`` is patched, so nothing else in the process is fooled, and the same
+code works on asyncio's loops, uvloop, rloop and zuvloop.
+
+When the clock moves. Only forward, and only
+
+- by a jump, when the loop is *idle* and has a reason to jump (autojump with a pending wake-up,
+  or a test's :func:`aiowheel.testing.advance` still short of its target): it lands on the
+  earliest wake-up (a bucket's expiration: a deadline rounded up to the tick) or on the
+  advance's target, whichever is first, and runs what is due there; the tasks woken run before
+  the loop can be idle again, so before the clock moves past that deadline;
+- never while a callback is ready, a poll of the loop's I/O finds something, or work started
+  with ``loop.run_in_executor`` (``asyncio.to_thread`` too) is still running.
+
+"Idle" is a fact read off the loop, not a count of quiet cycles (looptime's "42 no-op cycles"):
+
+- **asyncio's selector loops** ask their selector to wait only when nothing is ready and no
+  timer of their own is due; a wrapper around ``selector.select`` polls with a zero timeout
+  first, and an empty answer is idleness (:class:`_SelectorIdle`);
+- **libuv loops and others** (uvloop, rloop, zuvloop) are closed to Python, so a probe callback
+  re-queues itself with the loop's ``call_soon`` while a jump is wanted (:class:`_ProbeIdle`).
+  These loops poll their I/O between two batches of ready callbacks, so a probe that finds
+  nothing queued behind it twice in a row, with no callback scheduled through the loop in
+  between, has seen a whole poll find nothing. On uvloop "nothing queued" is read from its
+  ready queue itself; on rloop and zuvloop, whose queues live in native code, from every
+  ``call_soon`` / ``call_soon_threadsafe`` made through the loop (a task's step or a future's
+  callback included): a callback a native transport queues without the loop's ``call_soon``
+  is seen only when it schedules one.
+
+``autojump`` as a number is trio's ``autojump_threshold``: the loop must also stay idle that
+many seconds of *real* time before the clock jumps, for code that waits on a peer outside the
+loop (another process, a thread the loop did not start).
+
+A loop's clock value is a float (``start`` plus what the jumps and advances added), and the
+wake-ups it jumps to are the engine's own ``epoch + expiration * tick``: the very floats the
+engine compares, so a deadline ``D`` runs with ``loop.time()`` equal to ``D`` rounded up to the
+tick, and ties run in the order they were filed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import heapq
+import itertools
+import selectors
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from . import _validate
+
+__all__ = ["VirtualClock", "VirtualTime"]
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualTime:
+    """How a virtual loop's clock behaves: where it starts and when it jumps (part of its
+    :class:`~aiowheel.LoopConfig`)."""
+
+    autojump: bool | float
+    """True: jump as soon as the loop is idle; a number: after that many seconds of real idle
+    time; False: move only by :func:`aiowheel.testing.advance`."""
+    start: float
+    """``loop.time()`` when the loop is made."""
+
+
+class _Wake:
+    """One wake-up filed on the clock: a callback for a time, cancellable (a wheel's wake-up
+    handle, as the base heap's handle would be)."""
+
+    __slots__ = ("callback", "cancelled", "when")
+
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Drop it (the clock skips it when it comes due)."""
+        self.cancelled = True
+
+
+class VirtualClock:
+    """A loop's virtual clock: its time, the wake-ups filed on it, and the jumps.
+
+    :func:`aiowheel.testing.clock_of` returns it; tests read :attr:`now` and move it with
+    :meth:`advance`.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, settings: VirtualTime) -> None:
+        self._loop = loop
+        self._now = float(settings.start)
+        autojump = settings.autojump
+        self._autojump = autojump is True or (autojump is not False and autojump >= 0)
+        self._real_wait = 0.0 if isinstance(autojump, bool) else float(autojump)
+        self._wakes: list[tuple[float, int, _Wake]] = []
+        self._order = itertools.count()
+        # Pending advances: (target, order, future), earliest target first.
+        self._advances: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._jobs = 0  # run_in_executor work still running
+        self._due_scheduled = False
+        self._idle: _Idle | None = None
+        self._base_call_soon: Callable[..., Any] = loop.call_soon
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        """The virtual time (what ``loop.time()`` returns)."""
+        return self._now
+
+    def time(self) -> float:
+        """The virtual time: the loop's ``time()``."""
+        return self._now
+
+    @property
+    def autojump(self) -> bool | float:
+        """True, False or the real idle time before a jump (as the loop was made with)."""
+        if not self._autojump:
+            return False
+        return self._real_wait if self._real_wait else True
+
+    def _next_wake(self) -> float | None:
+        """The time of the earliest wake-up filed on the clock, or None (a bucket's expiration:
+        for a far timer, a step where it is filed finer, before its own deadline)."""
+        wakes = self._wakes
+        while wakes and wakes[0][2].cancelled:
+            heapq.heappop(wakes)
+        return wakes[0][0] if wakes else None
+
+    # -- moving ------------------------------------------------------------------------------
+
+    def advance(self, seconds: float) -> asyncio.Future[None]:
+        """Move the clock ``seconds`` forward, running each timer due on the way at its own
+        deadline and letting what it wakes run before the clock moves on; a future that is
+        done once the clock is there (:func:`aiowheel.testing.advance` awaits it)."""
+        seconds = _validate.advance(seconds)
+        loop = self._loop
+        future: asyncio.Future[None] = loop.create_future()
+        heapq.heappush(self._advances, (self._now + seconds, next(self._order), future))
+        self._want()
+        return future
+
+    # -- the engine's side: wake-ups filed instead of on the base loop's heap ------------------
+
+    def wake_at(self, when: float, callback: Callable[[], None]) -> _Wake:
+        """File the wheel's wake-up (``aiowheel._engine.WakeAt``)."""
+        wake = _Wake(when, callback)
+        heapq.heappush(self._wakes, (when, next(self._order), wake))
+        if when <= self._now:
+            self._schedule_due()
+        else:
+            self._want()
+        return wake
+
+    def _schedule_due(self) -> None:
+        if not self._due_scheduled:
+            self._due_scheduled = True
+            self._base_call_soon(self._run_due)
+
+    def _run_due(self) -> None:
+        """Run every wake-up due at the clock's time (a loop callback)."""
+        self._due_scheduled = False
+        wakes = self._wakes
+        now = self._now
+        while wakes and wakes[0][0] <= now:
+            wake = heapq.heappop(wakes)[2]
+            if not wake.cancelled:
+                wake.cancelled = True
+                wake.callback()
+        self._finish_advances()
+        self._want()
+
+    def _finish_advances(self) -> None:
+        advances = self._advances
+        while advances and advances[0][0] <= self._now:
+            future = heapq.heappop(advances)[2]
+            if not future.done():
+                future.set_result(None)
+
+    # -- idleness and jumps --------------------------------------------------------------------
+
+    def _goal(self) -> float | None:
+        """Where the clock would jump if the loop were idle now; None: it would not."""
+        if self._jobs:
+            return None  # executor work is running: it may still file timers or wake tasks
+        advances = self._advances
+        while advances and advances[0][2].done():  # an advance whose task was cancelled
+            heapq.heappop(advances)
+        target = advances[0][0] if advances else None
+        if target is None and not self._autojump:
+            return None
+        wake = self._next_wake()
+        if wake is None:
+            return target
+        if target is None or wake < target:
+            return wake
+        return target
+
+    def _want(self) -> None:
+        """Something may be worth a jump: let the idle detector look (the probe bases)."""
+        idle = self._idle
+        if idle is not None:
+            idle.want()
+
+    def _jump(self) -> bool:
+        """The loop is idle: move to the goal and schedule what is due there; False if there
+        is nothing to jump to."""
+        goal = self._goal()
+        if goal is None:
+            return False
+        if goal > self._now:
+            self._now = goal
+        if self._wakes and self._wakes[0][0] <= self._now:
+            self._schedule_due()
+        else:
+            self._finish_advances()
+        return True
+
+    # -- executor work ---------------------------------------------------------------------
+
+    def _job_started(self, future: asyncio.Future[Any]) -> None:
+        self._jobs += 1
+        future.add_done_callback(self._job_done)
+
+    def _job_done(self, _future: asyncio.Future[Any]) -> None:
+        self._jobs -= 1
+        self._want()
+
+
+# -- idle detectors ---------------------------------------------------------------------------
+
+
+class _Idle:
+    """How one kind of loop tells the clock it is idle."""
+
+    def want(self) -> None:
+        """The clock has a reason to jump: make sure idleness will be noticed."""
+
+
+class _SelectorIdle(_Idle):
+    """asyncio's selector loops: the selector is asked to wait only when the loop is idle."""
+
+    def __init__(self, clock: VirtualClock, selector: selectors.BaseSelector) -> None:
+        self._clock = clock
+        self._select: Final = selector.select
+        selector.select = self.select  # type: ignore[method-assign]
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        """The selector's select: a zero-timeout poll first; if it finds nothing (idle), jump
+        instead of waiting, unless nothing is worth a jump (then wait as asked)."""
+        if timeout is not None and timeout <= 0:
+            return self._select(timeout)
+        events = self._select(0)
+        if events:
+            return events
+        clock = self._clock
+        if clock._goal() is None:
+            return self._select(timeout)
+        if clock._real_wait:
+            events = self._select(clock._real_wait)
+            if events:
+                return events
+        clock._jump()
+        return events
+
+
+class _ProbeIdle(_Idle):
+    """Loops closed to Python (uvloop, rloop, zuvloop): a probe callback re-queued with the
+    base loop's ``call_soon`` while a jump is wanted (see the module docstring)."""
+
+    def __init__(
+        self,
+        clock: VirtualClock,
+        loop: Any,
+        ready: collections.deque[Any] | None,
+        requeue: Callable[[Callable[[], None]], object],
+    ) -> None:
+        self._clock = clock
+        self._loop = loop
+        self._ready = ready
+        self._call_soon: Final = requeue
+        self._armed = False
+        self._quiet = False
+        self._activity = 0  # callbacks scheduled through the loop (the wrappers below)
+        self._seen = -1
+        self._waiting = False
+
+    def counted(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        """``method`` (the loop's call_soon or call_soon_threadsafe) counting each call."""
+
+        def call(callback: Any, *args: Any, context: Any = None) -> Any:
+            self._activity += 1
+            return method(callback, *args, context=context)
+
+        call.__doc__ = method.__doc__
+        return call
+
+    def want(self) -> None:
+        """Queue the probe unless it is queued (or a real-time wait is under way)."""
+        if not self._armed and not self._waiting:
+            self._armed = True
+            self._quiet = False
+            self._call_soon(self._probe)
+
+    def _probe(self) -> None:
+        self._armed = False
+        clock = self._clock
+        if clock._goal() is None:
+            self._quiet = False
+            return  # nothing to jump to: the next timer, advance or finished job re-queues it
+        ready = self._ready
+        busy = (ready is not None and len(ready) > 0) or self._activity != self._seen
+        self._seen = self._activity
+        if busy or not self._quiet:
+            # Something ran or is queued: let it run, and a poll happen, before looking again.
+            self._quiet = not busy
+            self._armed = True
+            self._call_soon(self._probe)
+            return
+        self._quiet = False
+        if clock._real_wait:
+            self._waiting = True
+            # On the base's own heap, in real time (the loop's call_later is the wheel's).
+            self._loop._aiowheel_heap.near_call_later(
+                clock._real_wait, self._after_wait, self._activity
+            )
+            return
+        clock._jump()
+        self.want()
+
+    def _after_wait(self, activity: int) -> None:
+        self._waiting = False
+        if activity == self._activity:  # nothing was scheduled through the loop meanwhile
+            self._clock._jump()
+        self.want()
+
+
+def install(loop: Any, clock: VirtualClock) -> None:
+    """Give ``loop`` its idle detector and the wrappers virtual time needs on it."""
+    base_run_in_executor = loop.run_in_executor
+
+    def run_in_executor(executor: Any, func: Any, *args: Any) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = base_run_in_executor(executor, func, *args)
+        clock._job_started(future)
+        return future
+
+    run_in_executor.__doc__ = base_run_in_executor.__doc__
+    loop.run_in_executor = run_in_executor
+    selector = getattr(loop, "_selector", None)
+    if isinstance(loop, asyncio.BaseEventLoop) and isinstance(selector, selectors.BaseSelector):
+        clock._idle = _SelectorIdle(clock, selector)
+        return
+    probe = _ProbeIdle(clock, loop, _ready_queue(loop), _requeue_for(loop, clock))
+    loop.call_soon = probe.counted(clock._base_call_soon)
+    loop.call_soon_threadsafe = probe.counted(loop.call_soon_threadsafe)
+    clock._idle = probe
+
+
+_LIBUV: Final = ("uvloop", "zuvloop")
+
+
+def _requeue_for(loop: Any, clock: VirtualClock) -> Callable[[Callable[[], None]], object]:
+    """How the probe comes back: with the loop's ``call_soon`` where every iteration of the
+    loop polls its I/O (libuv's loops: uvloop, zuvloop); as a timer of one microsecond on the
+    base's own heap where an iteration with callbacks queued may skip the poll (rloop skips it
+    for up to 250 us after the last one; a due timer makes it poll), and on bases not measured
+    here."""
+    base = type(loop)._aiowheel_config.base
+    if any(klass.__module__.partition(".")[0] in _LIBUV for klass in base.__mro__):
+        return clock._base_call_soon
+    base_call_later = loop._aiowheel_heap.near_call_later
+
+    def requeue(probe: Callable[[], None]) -> object:
+        return base_call_later(1e-6, probe)
+
+    return requeue
+
+
+def _ready_queue(loop: Any) -> collections.deque[Any] | None:
+    """uvloop's ready queue (the one deque the loop object holds), found once through the
+    garbage collector's view of the loop; None where the loop keeps it in native memory."""
+    deques = [ref for ref in gc.get_referents(loop) if type(ref) is collections.deque]
+    if len(deques) != 1:
+        return None
+    marker = loop.call_soon(_no_op)
+    try:
+        found = any(item is marker for item in deques[0])
+    finally:
+        marker.cancel()  # skipped when the loop runs
+    return deques[0] if found else None
+
+
+def _no_op() -> None:
+    pass
