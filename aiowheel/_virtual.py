@@ -285,9 +285,9 @@ class _ProbeIdle(_Idle):
     ) -> None:
         self._clock = clock
         self._loop = loop
-        self._ready = ready
+        self._ready_queue = ready
         self._call_soon: Final = requeue
-        self._armed = False
+        self._probe_queued = False
         self._quiet = False
         self._activity = 0  # callbacks scheduled through the loop (the wrappers below)
         self._seen = -1
@@ -305,24 +305,24 @@ class _ProbeIdle(_Idle):
 
     def want(self) -> None:
         """Queue the probe unless it is queued (or a real-time wait is under way)."""
-        if not self._armed and not self._waiting:
-            self._armed = True
+        if not self._probe_queued and not self._waiting:
+            self._probe_queued = True
             self._quiet = False
             self._call_soon(self._probe)
 
     def _probe(self) -> None:
-        self._armed = False
+        self._probe_queued = False
         clock = self._clock
         if clock._goal() is None:
             self._quiet = False
             return  # nothing to jump to: the next timer, advance or finished job re-queues it
-        ready = self._ready
+        ready = self._ready_queue
         busy = (ready is not None and len(ready) > 0) or self._activity != self._seen
         self._seen = self._activity
         if busy or not self._quiet:
             # Something ran or is queued: let it run, and a poll happen, before looking again.
             self._quiet = not busy
-            self._armed = True
+            self._probe_queued = True
             self._call_soon(self._probe)
             return
         self._quiet = False
