@@ -354,6 +354,22 @@ def install(loop: Any, clock: VirtualClock) -> None:
 
     run_in_executor.__doc__ = base_run_in_executor.__doc__
     loop.run_in_executor = run_in_executor
+    base_shutdown = loop.shutdown_default_executor
+
+    async def shutdown_default_executor(*args: Any, **kwargs: Any) -> None:
+        # The executor's threads are joined by a thread of asyncio's own, not through
+        # run_in_executor, and (3.12+) under a timeout of THREAD_JOIN_TIMEOUT (300 s) on the
+        # loop's clock: counted as executor work, so the clock does not jump over the join and
+        # warn that the threads "did not finish joining" while they were still finishing.
+        clock._jobs += 1
+        try:
+            await base_shutdown(*args, **kwargs)
+        finally:
+            clock._jobs -= 1
+            clock._want()
+
+    shutdown_default_executor.__doc__ = base_shutdown.__doc__
+    loop.shutdown_default_executor = shutdown_default_executor
     selector = getattr(loop, "_selector", None)
     if isinstance(loop, asyncio.BaseEventLoop) and isinstance(selector, selectors.BaseSelector):
         clock._idle = _SelectorIdle(clock, selector)

@@ -13,6 +13,7 @@ import random
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 from unittest import mock
 
@@ -139,6 +140,26 @@ def test_executor_work_is_waited_for_not_skipped(base: Base) -> None:
     assert run(main(), base) == (True, True, 150.0)
 
 
+def test_the_default_executor_is_joined_not_jumped_over(base: Base) -> None:
+    """asyncio.run joins the default executor's threads under a 300 s timeout on the loop's
+    clock (3.12+): a job still running when main returns is waited for, in real time, with no
+    "did not finish joining" warning (the clock would otherwise jump the 300 s at once)."""
+    finished: list[bool] = []
+
+    def job() -> None:
+        time.sleep(0.3)
+        finished.append(True)
+
+    async def main() -> None:
+        asyncio.get_running_loop().run_in_executor(None, job)  # not awaited
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(main(), base)
+    assert finished == [True]
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+
+
 def test_a_same_loop_tcp_echo_is_not_skipped_over(base: Base) -> None:
     async def main() -> tuple[bytes, float]:
         loop = asyncio.get_running_loop()
@@ -177,13 +198,18 @@ def test_idle_io_lets_the_clock_jump(base: Base) -> None:
 
     async def main() -> float:
         loop = asyncio.get_running_loop()
-        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        # The server's side is kept open: a StreamWriter dropped unclosed closes its transport
+        # (3.13+), and the reader would see EOF instead of waiting.
+        accepted: list[asyncio.StreamWriter] = []
+        server = await asyncio.start_server(lambda r, w: accepted.append(w), "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(30):
                 await reader.read(1)
         writer.close()
+        for peer in accepted:
+            peer.close()
         server.close()
         return loop.time()
 
