@@ -3,6 +3,7 @@
     pytest -p aiowheel.pytest                          # asyncio's default loop as the base
     pytest -p aiowheel.pytest --aiowheel-base uvloop   # or rloop, zuvloop, auto
     pytest -p aiowheel.pytest --aiowheel-strict        # fail asyncio tests left off loop mode
+    pytest -p aiowheel.pytest --aiowheel-clock virtual # every asyncio test on a virtual clock
 
 Nothing in the suite changes, and nothing a test sees changes but its event loop:
 
@@ -24,6 +25,15 @@ ends with one line saying how many tests ran on loop mode, on which base, and ho
 left off and why; ``--aiowheel-strict`` makes each asyncio test left off fail, for suites that
 want every one on the wheel.
 
+Virtual time (:mod:`aiowheel.testing`). ``--aiowheel-clock virtual`` puts every asyncio test
+that the plugin switches on a virtual clock: each test's loop starts at 0 (a loop shared by
+several tests keeps one clock, which never goes back), and sleeps and timeouts take no wall
+time. Per test, whatever the option: ``@pytest.mark.aiowheel_clock("virtual")`` (keywords
+``autojump`` and ``start``, as :func:`aiowheel.testing.virtual_loop_factory` takes them) or
+``@pytest.mark.aiowheel_clock("real")``. A test that asks for the ``aiowheel_clock`` fixture
+runs on a virtual clock unless marked real, and gets a :class:`Clock` (``now``,
+``await advance(seconds)``) for the loop it runs on.
+
 What differs on loop mode is the loop's class: ``type(loop)`` is a loop-mode subclass of the
 base (``isinstance(loop, uvloop.Loop)`` holds under ``--aiowheel-base uvloop``), defined in
 ``aiowheel._loop``, so a check of ``type(loop).__module__`` no longer reads ``"uvloop"``. That
@@ -44,16 +54,23 @@ import contextlib
 import inspect
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
-from ._loop import LoopFactory, loop_factory
+from . import _validate
+from ._loop import LoopFactory, loop_factory, virtual_loop_factory
+from ._virtual import VirtualClock
 from .loops import BASES, auto_base, base_class, installed
+from .testing import clock_of
 
 __all__ = [
+    "CLOCKS",
+    "Clock",
+    "aiowheel_clock",
     "pytest_addoption",
     "pytest_asyncio_loop_factories",
+    "pytest_collection_modifyitems",
     "pytest_configure",
     "pytest_report_header",
     "pytest_runtest_call",
@@ -65,7 +82,15 @@ __all__ = [
 # pytest-asyncio's name for the parameter that gives a test its loop factory.
 _PYTEST_ASYNCIO_FACTORY = "_asyncio_loop_factory"
 
-_factories: dict[str, LoopFactory] = {}
+CLOCKS: Final = ("real", "virtual")
+"""The values ``--aiowheel-clock`` and the ``aiowheel_clock`` marker take."""
+
+_MARKER: Final = "aiowheel_clock"
+
+# One factory per (base name, virtual clock settings or None).
+_factories: dict[tuple[str, tuple[bool | float, float] | None], LoopFactory] = {}
+# The test being set up or run: anyio's runner is made without it (see _wrap_anyio).
+_current: list[pytest.Item] = []
 _tally: pytest.StashKey[Counter[tuple[str, str]]] = pytest.StashKey()
 _restore: pytest.StashKey[Callable[[], None]] = pytest.StashKey()
 
@@ -86,26 +111,81 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="with -p aiowheel.pytest: fail every asyncio test left on its own loop "
         "(a backend's own loop_factory, the suite's own loop factories hook)",
     )
+    group.addoption(
+        "--aiowheel-clock",
+        choices=CLOCKS,
+        default="real",
+        help="with -p aiowheel.pytest: 'virtual' runs every asyncio test on a virtual clock "
+        "(aiowheel.testing): sleeps and timeouts take no wall time (default: real)",
+    )
 
 
-def _factory(config: pytest.Config, base: str | None = None) -> LoopFactory:
+def _factory(
+    config: pytest.Config,
+    base: str | None = None,
+    clock: tuple[bool | float, float] | None = None,
+) -> LoopFactory:
+    """The loop-mode factory for ``base`` (default: ``--aiowheel-base``) on the real clock,
+    or on a virtual one with ``clock`` = (autojump, start)."""
     name = base or str(config.getoption("aiowheel_base"))
-    found = _factories.get(name)
+    found = _factories.get((name, clock))
     if found is None:
-        if name == "auto":
-            found = loop_factory(auto_base())
+        try:
+            base_loop = auto_base() if name == "auto" else base_class(name)
+        except ImportError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        if clock is None:
+            found = loop_factory(base_loop)
         else:
-            try:
-                found = loop_factory(base_class(name))
-            except ImportError as exc:
-                raise pytest.UsageError(str(exc)) from exc
-        _factories[name] = found
+            found = virtual_loop_factory(base_loop, 0.001, *clock)
+        _factories[(name, clock)] = found
     return found
 
 
+def _clock_for(item: pytest.Item | None) -> tuple[bool | float, float] | None:
+    """The virtual clock ``item`` runs on, as (autojump, start); None for the real clock."""
+    if item is None:
+        return None
+    marker = item.get_closest_marker(_MARKER)
+    if marker is not None:
+        return _marked_clock(item, marker)
+    asked = _MARKER in getattr(item, "fixturenames", ())
+    if asked or item.config.getoption("aiowheel_clock") == "virtual":
+        return (True, 0.0)
+    return None
+
+
+def _marked_clock(item: pytest.Item, marker: pytest.Mark) -> tuple[bool | float, float] | None:
+    """The clock an ``aiowheel_clock`` marker asks for (a usage error naming the test if the
+    marker is malformed)."""
+    try:
+        if len(marker.args) > 1 or set(marker.kwargs) - {"autojump", "start"}:
+            raise TypeError(
+                "takes one of 'real', 'virtual', and the keywords autojump and start"
+            )
+        kind = marker.args[0] if marker.args else "virtual"
+        if kind not in CLOCKS:
+            raise ValueError(f"must be one of {', '.join(map(repr, CLOCKS))}, got {kind!r}")
+        if kind == "real":
+            if marker.kwargs:
+                raise TypeError("'real' takes no keywords")
+            return None
+        autojump = _validate.autojump(marker.kwargs.get("autojump", True))
+        start = _validate.start(marker.kwargs.get("start", 0.0))
+    except (TypeError, ValueError) as exc:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{_MARKER}: {exc}") from None
+    return (autojump, start)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Check the base now (a clear usage error), and wrap anyio's runner factory."""
+    """Check the base now (a clear usage error), declare the marker, and wrap anyio's
+    runner factory."""
     _factory(config)
+    config.addinivalue_line(
+        "markers",
+        f"{_MARKER}(kind='virtual', *, autojump=True, start=0.0): with -p aiowheel.pytest, "
+        "run this asyncio test on a virtual clock ('virtual') or on the real one ('real')",
+    )
     if config.pluginmanager.hasplugin("asyncio") and not hasattr(
         config.hook, "pytest_asyncio_loop_factories"
     ):
@@ -144,7 +224,8 @@ def _wrap_anyio(plugin: Any, config: pytest.Config) -> Callable[[], None]:
         options = backend_options or {}
         if backend_name == "asyncio" and options.get("loop_factory") is None:
             base = "uvloop" if options.get("use_uvloop") else None
-            options = {**options, "loop_factory": _factory(config, base)}
+            item = _current[-1] if _current else None
+            options = {**options, "loop_factory": _factory(config, base, _clock_for(item))}
         with original(backend_name, options) as runner:
             yield runner
 
@@ -166,39 +247,52 @@ def _version(distribution: str) -> str:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    """Say that the run is on loop mode, and on which base."""
+    """Say that the run is on loop mode, on which base, and on which clock."""
     base = config.getoption("aiowheel_base")
     strict = ", strict" if config.getoption("aiowheel_strict") else ""
-    return f"aiowheel: asyncio tests on loop mode, base {base}{strict}"
+    clock = ", virtual clock" if config.getoption("aiowheel_clock") == "virtual" else ""
+    return f"aiowheel: asyncio tests on loop mode, base {base}{clock}{strict}"
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-asyncio may be absent: anyio suites need none
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, LoopFactory]:
-    """pytest-asyncio's hook: every asyncio test on one loop-mode loop factory."""
-    return {"aiowheel": _factory(config)}
+    """pytest-asyncio's hook: every asyncio test on one loop-mode loop factory (on a virtual
+    clock where the test asks for one)."""
+    try:
+        clock = _clock_for(item)
+    except pytest.UsageError:
+        clock = None  # a malformed marker: reported for every test alike, after collection
+    return {"aiowheel": _factory(config, None, clock)}
 
 
-def _where(item: pytest.Item) -> tuple[str, str] | None:
-    """Where ``item`` runs: ("loop mode", base name) or ("left off", why); None for a test
-    that neither pytest-asyncio nor anyio runs."""
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Check every ``aiowheel_clock`` marker now: a malformed one is a usage error naming its
+    test, before any test runs (anyio's tests read theirs only when their loop is made)."""
+    for item in items:
+        _clock_for(item)
+
+
+def _where(item: pytest.Item) -> tuple[str, str, bool] | None:
+    """Where ``item`` runs: ("loop mode", base name, on a virtual clock) or ("left off", why,
+    False); None for a test that neither pytest-asyncio nor anyio runs."""
     params = getattr(getattr(item, "callspec", None), "params", {})
     if _PYTEST_ASYNCIO_FACTORY in params:
         factory = params[_PYTEST_ASYNCIO_FACTORY]
         if isinstance(factory, LoopFactory) and factory in _factories.values():
-            return ("loop mode", _base_name(factory))
-        return ("left off", "own loop factories hook")
+            return ("loop mode", _base_name(factory), factory.config.clock is not None)
+        return ("left off", "own loop factories hook", False)
     backend = getattr(item, "funcargs", {}).get("anyio_backend")
     if not backend or not inspect.iscoroutinefunction(getattr(item, "obj", None)):
         return None
     name, options = (backend, {}) if isinstance(backend, str) else backend
     if name != "asyncio":
-        return ("left off", name)  # trio: not asyncio, never an error
+        return ("left off", name, False)  # trio: not asyncio, never an error
     if options.get("loop_factory") is not None:
-        return ("left off", "own loop_factory")
+        return ("left off", "own loop_factory", False)
     base = "uvloop" if options.get("use_uvloop") else None
-    return ("loop mode", _base_name(_factory(item.config, base)))
+    return ("loop mode", _base_name(_factory(item.config, base)), _clock_for(item) is not None)
 
 
 def _base_name(factory: LoopFactory) -> str:
@@ -215,8 +309,11 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """Count where each async test runs; under ``--aiowheel-strict``, fail one left off."""
     where = _where(item)
     if where is not None:
-        item.config.stash[_tally][where] += 1
-        kind, why = where
+        kind, why, virtual = where
+        tally = item.config.stash[_tally]
+        tally[kind, why] += 1
+        if virtual:
+            tally["virtual clock", ""] += 1
         if (
             kind == "left off"
             and why.startswith("own ")
@@ -244,7 +341,55 @@ def summary_line(tally: Mapping[tuple[str, str], int]) -> str:
     line = f"aiowheel: {sum(on.values())} tests on loop mode"
     if on:
         line += " (" + ", ".join(f"{base} {n}" for base, n in sorted(on.items())) + ")"
+    virtual = tally.get(("virtual clock", ""), 0)
+    if virtual:
+        line += f", {virtual} on a virtual clock"
     line += f"; {sum(off.values())} left off"
     if off:
         line += " (" + ", ".join(f"{why} {n}" for why, n in sorted(off.items())) + ")"
     return line
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Remember the test under way: anyio makes its runner (the loop) without naming it."""
+    _current.append(item)
+    try:
+        return (yield)
+    finally:
+        _current.pop()
+
+
+class Clock:
+    """What the ``aiowheel_clock`` fixture hands a test: the virtual clock of the loop the test
+    runs on (read when used, so one fixture serves sync and async tests alike)."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def _clock() -> VirtualClock:
+        import asyncio
+
+        clock = clock_of(asyncio.get_running_loop())
+        if clock is None:
+            raise RuntimeError(
+                "the aiowheel_clock fixture needs this test on a virtual clock: the test is "
+                "marked aiowheel_clock('real'), or pytest-asyncio or anyio does not run it"
+            )
+        return clock
+
+    @property
+    def now(self) -> float:
+        """The virtual time: the running loop's ``loop.time()``."""
+        return self._clock().now
+
+    async def advance(self, seconds: float) -> None:
+        """:func:`aiowheel.testing.advance`: move the clock ``seconds`` forward."""
+        await self._clock().advance(seconds)
+
+
+@pytest.fixture
+def aiowheel_clock() -> Clock:
+    """The test's virtual clock (``now``, ``await advance(seconds)``); asking for it puts the
+    test on a virtual clock unless it is marked ``aiowheel_clock("real")``."""
+    return Clock()

@@ -232,7 +232,7 @@ SHAPES: dict[str, Shape] = {
 
 
 def run_shape(
-    tmp_path: Path, shape: Shape, *args: str
+    tmp_path: Path, shape: Shape, *args: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     """Run ``shape`` as a user would, in a fresh directory; its output and its records."""
     suite = tmp_path / ("with" if "aiowheel.pytest" in args else "without")
@@ -253,6 +253,7 @@ def run_shape(
             **os.environ,
             "PYTHONPATH": f"{ROOT}{os.pathsep}{suite}",
             "AIOWHEEL_RECORD": str(records),
+            **(env or {}),
         },
     )
     lines = records.read_text().splitlines() if records.exists() else []
@@ -321,3 +322,212 @@ def test_anyio_is_given_back_its_runner_factory() -> None:
     import anyio.pytest_plugin
 
     assert anyio.pytest_plugin.get_runner.__module__ == "anyio.pytest_plugin"
+
+
+# -- --aiowheel-clock virtual, the aiowheel_clock marker and fixture --------------------------
+
+# Each test sleeps SUITE_SLEEP seconds (an hour unless the environment says otherwise) and
+# records the loop time it started at, how much loop time passed, whether that took less than
+# half of it in wall time, and whether its loop is on a virtual clock.
+SLEEPERS = textwrap.dedent(
+    """
+    import asyncio, os, time
+
+    import pytest
+
+    import aiowheel.testing
+    from record import record
+
+    SLEEP = float(os.environ.get("SUITE_SLEEP", "3600"))
+
+
+    async def sleep_and_record():
+        loop = asyncio.get_running_loop()
+        start, wall = loop.time(), time.perf_counter()
+        await asyncio.sleep(SLEEP)
+        record(
+            start=round(start, 6) if aiowheel.testing.clock_of(loop) else "real",
+            slept=round(loop.time() - start, 3) >= SLEEP,
+            fast=time.perf_counter() - wall < SLEEP / 2,
+            virtual=aiowheel.testing.clock_of(loop) is not None,
+        )
+
+
+    @pytest.mark.asyncio
+    async def test_pytest_asyncio():
+        await sleep_and_record()
+
+
+    @pytest.mark.asyncio
+    async def test_pytest_asyncio_timeout():
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(SLEEP / 2):
+                await asyncio.sleep(SLEEP)
+        await sleep_and_record()
+
+
+    @pytest.mark.anyio
+    async def test_anyio():
+        await sleep_and_record()
+
+
+    # Two tests on one module-scoped loop: one clock, which goes on from where the first left it.
+    @pytest.mark.asyncio(loop_scope="module")
+    async def test_shared_loop_first():
+        await sleep_and_record()
+
+
+    @pytest.mark.asyncio(loop_scope="module")
+    async def test_shared_loop_second():
+        await sleep_and_record()
+    """
+)
+
+MARKED = textwrap.dedent(
+    """
+    import asyncio
+
+    import pytest
+
+    import aiowheel.testing
+    from record import record
+
+
+    @pytest.mark.aiowheel_clock("real")
+    @pytest.mark.asyncio
+    async def test_marked_real():
+        loop = asyncio.get_running_loop()
+        record(virtual=aiowheel.testing.clock_of(loop) is not None)
+
+
+    @pytest.mark.aiowheel_clock(autojump=False, start=100.0)
+    @pytest.mark.asyncio
+    async def test_manual_clock(aiowheel_clock):
+        sleeper = asyncio.ensure_future(asyncio.sleep(10))
+        await aiowheel_clock.advance(9.5)
+        early = sleeper.done()
+        await aiowheel_clock.advance(0.5)
+        await asyncio.sleep(0)
+        record(now=aiowheel_clock.now, early=early, woke=sleeper.done())
+
+
+    @pytest.mark.anyio
+    async def test_anyio_fixture_alone(aiowheel_clock):
+        await asyncio.sleep(60)
+        record(now=aiowheel_clock.now)
+    """
+)
+
+ASYNCIO_ANYIO = CONSTANT_FIXTURE  # anyio on asyncio only: a trio test would sleep for real
+
+
+def clock_shape(tests: str) -> Shape:
+    return Shape({"conftest.py": ASYNCIO_ANYIO, "test_a.py": tests})
+
+
+def seen(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each test's record, by the test's name."""
+    return {e["test"].rpartition("::")[2]: e["seen"] for e in records}
+
+
+def test_the_virtual_clock_option_runs_hour_long_sleeps_in_seconds(tmp_path: Path) -> None:
+    shape = clock_shape(SLEEPERS)
+    proc, records = run_shape(tmp_path, shape, "-p", "aiowheel.pytest", "--aiowheel-clock",
+                              "virtual")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "5 passed" in proc.stdout
+    assert "base asyncio, virtual clock" in proc.stdout
+    assert "aiowheel: 5 tests on loop mode (asyncio 5), 5 on a virtual clock; 0 left off" in (
+        proc.stdout
+    )
+    tests = seen(records)
+    assert sorted(tests) == sorted(
+        ["test_pytest_asyncio", "test_pytest_asyncio_timeout", "test_anyio",
+         "test_shared_loop_first", "test_shared_loop_second"]
+    )  # fmt: skip
+    for name, values in tests.items():
+        assert values["virtual"] == "True" and values["slept"] == "True", name
+        assert values["fast"] == "True", name  # an hour of virtual time in seconds of wall time
+    # Each test its own clock from 0; the module's shared loop one clock that goes on.
+    assert tests["test_pytest_asyncio"]["start"] == "0.0"
+    assert tests["test_anyio"]["start"] == "0.0"
+    assert tests["test_pytest_asyncio_timeout"]["start"] == "1800.0"  # after its own timeout
+    assert tests["test_shared_loop_first"]["start"] == "0.0"
+    assert tests["test_shared_loop_second"]["start"] == "3600.0"
+
+
+def test_without_the_option_the_same_suite_runs_on_real_time(tmp_path: Path) -> None:
+    shape = clock_shape(SLEEPERS)
+    proc, records = run_shape(tmp_path, shape, "-p", "aiowheel.pytest",
+                              env={"SUITE_SLEEP": "0.2"})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "virtual" not in proc.stdout
+    tests = seen(records)
+    assert len(tests) == 5
+    for name, values in tests.items():
+        # Real time: the loop time passed took as long in wall time.
+        assert values == {"start": "'real'", "slept": "True", "fast": "False",
+                          "virtual": "False", "uvloop": False}, name  # fmt: skip
+
+
+def test_the_marker_and_the_fixture_choose_the_clock_per_test(tmp_path: Path) -> None:
+    shape = clock_shape(MARKED)
+    for args in ([], ["--aiowheel-clock", "virtual"]):
+        proc, records = run_shape(tmp_path / str(len(args)), shape, "-p", "aiowheel.pytest",
+                                  *args)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "3 passed" in proc.stdout
+        assert "aiowheel: 3 tests on loop mode (asyncio 3), 2 on a virtual clock" in proc.stdout
+        tests = seen(records)
+        assert tests["test_marked_real"]["virtual"] == "False"
+        # Manual mode: not woken short of its deadline, woken by the rest; started at 100.
+        assert tests["test_manual_clock"]["now"] == "110.0"
+        assert tests["test_manual_clock"]["early"] == "False"
+        assert tests["test_manual_clock"]["woke"] == "True"
+        # Asking for the fixture is enough to be on a virtual clock (autojump).
+        assert tests["test_anyio_fixture_alone"]["now"] == "60.0"
+
+
+def test_the_fixture_on_a_real_clock_says_why(tmp_path: Path) -> None:
+    text = MARKED.replace(
+        "async def test_marked_real():",
+        "async def test_marked_real(aiowheel_clock):\n    aiowheel_clock.now",
+    )
+    proc, _ = run_shape(tmp_path, clock_shape(text), "-p", "aiowheel.pytest")
+    assert proc.returncode == 1
+    assert "1 failed, 2 passed" in proc.stdout
+    assert "the aiowheel_clock fixture needs this test on a virtual clock" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ("'fake'", "must be one of 'real', 'virtual', got 'fake'"),
+        ("'real', autojump=False", "'real' takes no keywords"),
+        ("'virtual', 'real'", "takes one of 'real', 'virtual'"),
+        ("tick=1", "takes one of 'real', 'virtual'"),
+        ("autojump=-1", "autojump must be True, False or a non-negative, finite number"),
+        ("start=float('nan')", "start must be a finite number of seconds, got nan"),
+    ],
+)
+def test_a_malformed_marker_is_a_usage_error_naming_the_test(
+    tmp_path: Path, marker: str, message: str
+) -> None:
+    text = (
+        "import pytest\n\n\n"
+        f"@pytest.mark.aiowheel_clock({marker})\n@pytest.mark.asyncio\n"
+        "async def test_it():\n    pass\n"
+    )
+    proc, _ = run_shape(tmp_path, clock_shape(text), "-p", "aiowheel.pytest")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "test_a.py::test_it: @pytest.mark.aiowheel_clock: " + message in proc.stderr
+
+
+def test_an_unknown_clock_is_a_usage_error_listing_the_choices(tmp_path: Path) -> None:
+    proc, _ = run_shape(tmp_path, SHAPES["anyio-default"], "-p", "aiowheel.pytest",
+                        "--aiowheel-clock", "fake")  # fmt: skip
+    assert proc.returncode == 4
+    line = next(line for line in proc.stderr.splitlines() if "--aiowheel-clock" in line)
+    # argparse quotes the choices on newer interpreters: "(choose from 'real', 'virtual')".
+    assert "invalid choice: 'fake' (choose from " in line
+    assert line.replace("'", "").endswith("(choose from real, virtual)"), line
