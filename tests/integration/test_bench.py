@@ -100,3 +100,44 @@ def test_missing_uvloop_skips_its_contenders_out_loud(
         "loop/asyncio",
         "loop-mode/asyncio",
     }
+
+
+def test_the_virtual_time_bench_runs_checks_and_tabulates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import virtual
+
+    out_json = tmp_path / "virtual.json"
+    assert virtual.main(["--rounds", "2", "--tasks", "300", "--retries", "40",
+                         "--json", str(out_json)]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "FAILED" not in out
+    document = json.loads(out_json.read_text())
+    import aiowheel.loops
+
+    for workload in ("sleepers", "retries"):
+        results = document["results"][workload]
+        # Every installed base, on a virtual clock, timed in each round.
+        assert {f"aiowheel/{name}" for name in aiowheel.loops.installed()} <= set(results)
+        for cell in results.values():
+            assert isinstance(cell, list) and len(cell) == 2
+
+
+def test_the_virtual_time_bench_fails_a_wrong_run() -> None:
+    from bench import virtual
+
+    woke = [(1.0, 1.0), (2.0, 2.0005)]
+    assert virtual.check_sleepers("aiowheel/asyncio", woke, 2) is None
+    assert virtual.check_sleepers("aiowheel/asyncio", woke, 3) == "2 of 3 sleepers woke"
+    early = [(1.0, 0.9995), (2.0, 2.0)]
+    assert virtual.check_sleepers("aiowheel/asyncio", early, 2) == (
+        "1 woke early, 0 more than 0.001 s late"
+    )
+    late = [(1.0, 1.0), (2.0, 2.0005)]
+    assert virtual.check_sleepers("looptime/asyncio", late, 2) == (
+        "0 woke early, 1 more than 1e-06 s late"
+    )
+    unordered = [(2.0, 2.0), (1.0, 1.0)]
+    assert virtual.check_sleepers("aiowheel/asyncio", unordered, 2) == (
+        "sleepers woke out of deadline order"
+    )
