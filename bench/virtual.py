@@ -172,7 +172,8 @@ def table(results: dict[str, dict[str, list[float] | str]]) -> str:
 
 def main(argv: list[str]) -> int:
     """Run, print the table, optionally write JSON; 1 if a contender got a run wrong."""
-    parser = argparse.ArgumentParser(prog="python -m bench.virtual", description=__doc__.split("\n\n")[0])
+    summary = (__doc__ or "").split("\n\n")[0]
+    parser = argparse.ArgumentParser(prog="python -m bench.virtual", description=summary)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--retries", type=int, default=1_000)
