@@ -18,6 +18,16 @@ if _os.environ.get("AIOWHEEL_NO_EXTENSIONS", "") not in ("", "0"):
     _prefer_sources(__name__, __path__)
 
 from ._build import is_compiled as _is_compiled
+from ._census import (
+    LoopLag,
+    PendingTimer,
+    current_deadline,
+    loop_lag,
+    pending_timers,
+    time_left,
+    timer_census,
+    track_origins,
+)
 from ._default import (
     call_at,
     call_later,
@@ -43,7 +53,9 @@ __all__ = [
     "Interval",
     "LoopConfig",
     "LoopFactory",
+    "LoopLag",
     "PendingLimitError",
+    "PendingTimer",
     "PeriodicHandle",
     "Timeout",
     "Timer",
@@ -54,15 +66,21 @@ __all__ = [
     "call_at",
     "call_later",
     "config_of",
+    "current_deadline",
     "get_timer",
     "loop_factory",
+    "loop_lag",
     "new_event_loop",
+    "pending_timers",
     "run",
     "sleep",
     "sleep_until",
+    "time_left",
     "timeout",
     "timeout_at",
+    "timer_census",
     "timer_of",
+    "track_origins",
     "wait_for",
 ]
 

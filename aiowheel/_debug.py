@@ -11,17 +11,42 @@ timer was cancelled after it came due), and it answers asyncio's formatting help
 on the loop's own heap, and not the name of an aiowheel internal.
 
 Plain Python in both builds (mypyc classes cannot answer ``__getattr__``); debug mode only, so
-its cost does not matter.
+its cost does not matter. So is :func:`filed_at`, which origin tracking (debug mode, or
+:func:`aiowheel.track_origins`) calls once per timer filed.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+import os
+import sys
+from types import FrameType
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from ._entry import _Timed
 
-__all__ = ["DueCallback"]
+__all__ = ["DueCallback", "filed_at"]
+
+# Frames in these directories are the machinery between a user's line and the wheel.
+_MACHINERY: Final = (
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.dirname(os.path.abspath(asyncio.__file__)) + os.sep,
+)
+
+
+def filed_at() -> str:
+    """Where the timer being filed now was filed from: ``file:line in function`` of the
+    nearest frame outside aiowheel and asyncio (origin tracking; see
+    :func:`aiowheel.track_origins`). The compiled build's functions have no frames, so the
+    walk starts at the nearest Python one either way."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_MACHINERY):
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown>"
+    code = frame.f_code
+    return f"{code.co_filename}:{frame.f_lineno} in {code.co_qualname}"
 
 
 class DueCallback:

@@ -78,13 +78,15 @@ from math import ceil, floor, inf
 from typing import Any, Final, Protocol
 
 from . import _awaiting, _debug, _validate
+from ._build import mypyc_attr
 from ._entry import Owner, Sleeper, _Timed
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import EMPTY_CONTEXT, Scheduled, TimerHandle
+from ._timeout import Timeout
 from ._validate import Count, Seconds
 from ._wheel import NEVER, Entry, Wheel
 
-__all__ = ["TOO_MANY_TIMERS", "Engine", "WakeAt"]
+__all__ = ["LAG_BUCKETS", "TOO_MANY_TIMERS", "Engine", "WakeAt", "engines_of", "lag_bounds"]
 
 # asyncio's C accelerated lookup of the running loop (~25 ns): one identity check against it
 # covers "not started", "closed", "another loop" and "another thread" on the hot path.
@@ -116,9 +118,69 @@ _TICK_EPSILON: Final = 1e-6
 # Past this many live engines (Timers) on one loop, warn once (Netty's too-many-instances lesson).
 TOO_MANY_TIMERS: Final = 64
 
-_timers_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int] = (
+
+@mypyc_attr(native_class=False)
+class _Listing:
+    """An engine's place in its loop's list of engines: listed weakly and held by the engine
+    (a plain Python object, which can be weakly referenced in both builds), so the list never
+    keeps an engine, or through it its loop, alive."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+
+# The engines bound to each loop (aiowheel.pending_timers and friends read them; the
+# too-many-timers warning counts them).
+_engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet[_Listing]] = (
     weakref.WeakKeyDictionary()
 )
+# Loops whose engines note where each timer is filed from (aiowheel.track_origins).
+_tracked_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def engines_of(loop: asyncio.AbstractEventLoop) -> list[Engine]:
+    """The open engines bound to ``loop``, in no set order."""
+    listed = _engines.get(loop)
+    return [] if listed is None else [listing.engine for listing in listed]
+
+
+def track_loop(loop: asyncio.AbstractEventLoop, enabled: bool) -> None:
+    """Note (or stop noting) where every timer of ``loop``'s engines is filed from, for the
+    engines bound now and later (debug mode notes it too)."""
+    if enabled:
+        _tracked_loops.add(loop)
+    else:
+        _tracked_loops.discard(loop)
+    for engine in engines_of(loop):
+        engine._track_origins(enabled or engine._debug)
+
+
+# Loop lag (Engine._record_lag): a histogram of how late wheel passes ran, in microseconds,
+# log-linear: exact below 16 us, then 8 buckets per power of two (each at most 12.5% wide).
+LAG_BUCKETS: Final = 8 * 61
+
+
+def _lag_bucket(late: float) -> int:
+    micros = int(late * 1e6) if late > 0.0 else 0
+    if micros < 16:
+        return micros
+    bits = micros.bit_length()
+    index = 8 * (bits - 3) + ((micros >> (bits - 4)) & 7)
+    return index if index < LAG_BUCKETS else LAG_BUCKETS - 1
+
+
+def lag_bounds(index: int) -> tuple[float, float]:
+    """The range of lateness (seconds, low inclusive, high exclusive) of lag bucket ``index``."""
+    if index < 16:
+        return index / 1e6, (index + 1) / 1e6
+    bits = index // 8 + 3
+    top = 8 + index % 8
+    return (top << (bits - 4)) / 1e6, ((top + 1) << (bits - 4)) / 1e6
+
+
+# asyncio's own Timeout (3.11+): in loop mode its deadline is a wheel TimerHandle whose callback
+# is this method bound to the context manager (Engine._deadline_for finds it).
+_ASYNCIO_ON_TIMEOUT: Final[object] = vars(asyncio.Timeout)["_on_timeout"]
 _warned_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 
@@ -186,9 +248,15 @@ class Engine(Owner):
         "_fired",
         "_forks",
         "_inverse_tick",
+        "_lag_count",
+        "_lag_counts",
+        "_lag_max",
+        "_lag_since",
         "_limit",
+        "_listing",
         "_loop",
         "_max_lateness",
+        "_origins",
         "_pass_floor",
         "_ready",
         "_reaper",
@@ -234,6 +302,16 @@ class Engine(Owner):
         self._cancelled_on_close = 0
         self._wakeups = 0
         self._max_lateness = 0.0
+        # Loop lag: passes that fired timers, by how late they ran (see _record_lag), since
+        # `_lag_since` (loop time). A list of ~500 ints, made on first use.
+        self._lag_counts: list[int] | None = None
+        self._lag_count = 0
+        self._lag_max = 0.0
+        self._lag_since = 0.0
+        # Where each pending timer was filed from, while origin tracking is on (debug mode or
+        # aiowheel.track_origins); None otherwise, and then filing pays one comparison.
+        self._origins: dict[_Timed, tuple[str, object]] | None = None
+        self._listing = _Listing(self)
         # The start of the first tick the last reaper pass left unprocessed: a timer due
         # before it cannot have been pending then, so it was filed later, already due.
         self._pass_floor = 0.0
@@ -373,9 +451,15 @@ class Engine(Owner):
         else:
             self._clock = loop.time
         self._debug = loop.get_debug()
+        if self._debug or loop in _tracked_loops:
+            self._track_origins(True)
+        self._lag_since = self._epoch
         self._thread_id = threading.get_ident()
-        count = _timers_per_loop.get(loop, 0) + 1
-        _timers_per_loop[loop] = count
+        listed = _engines.get(loop)
+        if listed is None:
+            listed = _engines[loop] = weakref.WeakSet()
+        listed.add(self._listing)
+        count = len(listed)
         if count > TOO_MANY_TIMERS and loop not in _warned_loops:
             _warned_loops.add(loop)
             warnings.warn(
@@ -430,8 +514,88 @@ class Engine(Owner):
             self._arm()
 
     def _set_debug(self, enabled: bool) -> None:
-        """Follow the loop's debug mode (loop mode's set_debug calls this at once)."""
+        """Follow the loop's debug mode (loop mode's set_debug calls this at once); debug
+        mode tracks where timers are filed from."""
         self._debug = enabled
+        loop = self._bound_loop
+        self._track_origins(enabled or (loop is not None and loop in _tracked_loops))
+
+    # -- seeing every timer (aiowheel._census): read only when asked ----------------------------
+
+    def _track_origins(self, enabled: bool) -> None:
+        """Start (keeping what is noted) or stop noting where each timer is filed from."""
+        if not enabled:
+            self._origins = None
+        elif self._origins is None:
+            self._origins = {}
+
+    def _note_origin(self, entry: _Timed, origins: dict[_Timed, tuple[str, object]]) -> None:
+        """Note where ``entry`` is filed from, the first time it is filed (origin tracking)."""
+        if entry in origins:
+            return
+        if len(origins) > 2 * self._wheel._count + 1024:
+            # Timers that left the wheel are forgotten here, not on the paths they leave by
+            # (which then cost nothing more with tracking on): at most half the notes are stale.
+            for stale in [noted for noted in origins if not noted.pending()]:
+                del origins[stale]
+        loop = self._bound_loop
+        task = asyncio.current_task(loop) if loop is not None else None
+        origins[entry] = (_debug.filed_at(), task)
+
+    def _entries(self) -> list[tuple[_Timed, tuple[str, object] | None]]:
+        """Every pending timer with where it was filed from (None: not noted)."""
+        origins = self._origins
+        out: list[tuple[_Timed, tuple[str, object] | None]] = []
+        for entry in self._wheel.entries():
+            assert isinstance(entry, _Timed)
+            out.append((entry, None if origins is None else origins.get(entry)))
+        return out
+
+    def _deadline_for(self, task: object) -> float | None:
+        """The earliest deadline of the timeouts on this wheel that guard ``task``: aiowheel's
+        own, and asyncio's (``asyncio.timeout``, ``wait_for`` on 3.12+) filed here by loop
+        mode. One pass over the pending timers: nothing is kept for it while nobody asks."""
+        earliest: float | None = None
+        for entry in self._wheel.entries():
+            when: float | None = None
+            if isinstance(entry, Timeout):
+                if entry._task is task:
+                    when = entry._when
+            elif isinstance(entry, TimerHandle):
+                callback = entry._callback
+                # asyncio.Timeout's private `_task`: the task it was entered in.
+                if (
+                    getattr(callback, "__func__", None) is _ASYNCIO_ON_TIMEOUT
+                    and getattr(getattr(callback, "__self__", None), "_task", None) is task
+                ):
+                    when = entry._when
+            if when is not None and (earliest is None or when < earliest):
+                earliest = when
+        return earliest
+
+    def _record_lag(self, late: float, count: int) -> None:
+        """A pass ran ``late`` seconds after its earliest timer could first run and fired
+        ``count`` timers: counted ``count`` times (the lag each of them saw)."""
+        counts = self._lag_counts
+        if counts is None:
+            counts = self._lag_counts = [0] * LAG_BUCKETS
+        counts[_lag_bucket(late)] += count
+        self._lag_count += count
+        if late > self._lag_max:
+            self._lag_max = late
+
+    def _lag(self, reset: bool) -> tuple[list[int], int, float, float]:
+        """The lag histogram, its count, its max and the loop time its window began; a new
+        window begins if ``reset``."""
+        counts = self._lag_counts
+        histogram = list(counts) if counts is not None else []
+        window = (histogram, self._lag_count, self._lag_max, self._lag_since)
+        if reset:
+            self._lag_counts = None
+            self._lag_count = 0
+            self._lag_max = 0.0
+            self._lag_since = self._clock() if self._bound_loop is not None else 0.0
+        return window
 
     def _shutdown(self, exc: BaseException | None, cause: str | None) -> list[TimerHandle]:
         """Close: cancel the wake-up and the reaper, let go of the loop, and abandon every
@@ -445,11 +609,10 @@ class Engine(Owner):
         self._thread_id = -1
         loop = self._bound_loop
         if loop is not None:
-            count = _timers_per_loop.get(loop, 1) - 1
-            if count:
-                _timers_per_loop[loop] = count
-            else:
-                _timers_per_loop.pop(loop, None)
+            listed = _engines.get(loop)
+            if listed is not None:
+                listed.discard(self._listing)
+        self._origins = None
         if self._wake_handle is not None:
             self._wake_handle.cancel()
             self._wake_handle = None
@@ -539,7 +702,11 @@ class Engine(Owner):
 
     def _insert(self, entry: _Timed, tick: int) -> None:
         """The one place a timer enters the wheel: insert it, and if its bucket is now the
-        earliest, move the wake-up earlier (Kafka's addTimerTaskEntry, tokio's reregister)."""
+        earliest, move the wake-up earlier (Kafka's addTimerTaskEntry, tokio's reregister).
+        With origin tracking on, note where the timer was filed from first."""
+        origins = self._origins
+        if origins is not None:
+            self._note_origin(entry, origins)
         if self._wheel.insert(entry, tick) < self._armed:
             self._arm()
 
@@ -548,6 +715,9 @@ class Engine(Owner):
         tick = self._admit(when)
         entry._when = when
         # _insert, inlined: every timeout entered and every heartbeat re-filed comes here.
+        origins = self._origins
+        if origins is not None:
+            self._note_origin(entry, origins)
         if self._wheel.insert(entry, tick) < self._armed:
             self._arm()
 
@@ -659,6 +829,9 @@ class Engine(Owner):
                 context = EMPTY_CONTEXT
         handle = TimerHandle(when, callback, args, context, self)
         # _insert, inlined: this is every call_at / call_later of a loop-mode loop.
+        origins = self._origins
+        if origins is not None:
+            self._note_origin(handle, origins)
         if self._wheel.insert(handle, tick) < self._armed:
             self._arm()
         return handle
@@ -824,6 +997,7 @@ class Engine(Owner):
         if len(due) > 1:
             _in_deadline_order(due)
         fired = 0
+        first_tick = 0
         lateness = self._max_lateness
         for entry in due:
             assert isinstance(entry, _Timed)
@@ -835,6 +1009,8 @@ class Engine(Owner):
                 tick = self._tick_for(when)
                 wheel.insert(entry, tick if tick > now_tick else now_tick + 1)
                 continue
+            if not fired:
+                first_tick = entry._tick
             fired += 1
             if now - when > lateness:
                 # How late the loop ran it. A deadline already past when it was filed (call_at
@@ -852,6 +1028,13 @@ class Engine(Owner):
                 )
         self._fired += fired
         self._max_lateness = lateness
+        if fired:
+            # The loop's lag: how long after the earliest fired timer's tick began (when the
+            # wheel could first run it; a deadline filed already past counts from when the
+            # wheel could first see it) this pass ran. Once per pass, weighted by what fired.
+            could_run = self._epoch + first_tick * self._tick
+            floor_ = self._pass_floor
+            self._record_lag(now - (could_run if could_run > floor_ else floor_), fired)
         self._pass_floor = self._epoch + now_tick * self._tick
 
 

@@ -57,6 +57,12 @@ class _Timed(_wheel.Entry):
         """Run a callback that ``_fire`` queued with :meth:`Owner._queue`."""
         raise NotImplementedError
 
+    def _describe(self) -> tuple[str, object, object]:
+        """What this timer is, for :func:`aiowheel.pending_timers`: its kind, what it runs (a
+        callback or coroutine, or None) and what it serves (a task, a future a task awaits, a
+        call's arguments, or None). Read only when someone asks: nothing on the hot path."""
+        raise NotImplementedError
+
 
 class Sleeper(_Timed):
     """The entry behind ``await timer.sleep_until()``: resolves a future at the deadline."""
@@ -86,6 +92,9 @@ class Sleeper(_Timed):
                 future.cancel()
             else:
                 future.set_exception(exc)
+
+    def _describe(self) -> tuple[str, object, object]:
+        return ("sleep", None, self._future)
 
 
 class Owner:

@@ -137,6 +137,9 @@ class TimerHandle(_Timed):
                 }
             )
 
+    def _describe(self) -> tuple[str, object, object]:
+        return ("call", self._callback, self._args)
+
     def _abandon(self, exc: BaseException | None) -> None:
         self._tick = _CANCELLED
         self._callback = None
@@ -217,6 +220,9 @@ class Scheduled(_Timed):
         self._target = None
         if asyncio.iscoroutine(target):
             target.close()  # never started: no "coroutine was never awaited" warning
+
+    def _describe(self) -> tuple[str, object, object]:
+        return ("scheduled", self._target, self._task)
 
     def _abandon(self, exc: BaseException | None) -> None:
         self._close_target()

@@ -220,6 +220,9 @@ class PeriodicHandle(_Runner):
     def _active(self) -> bool:
         return not self._cancelled
 
+    def _describe(self) -> tuple[str, object, object]:
+        return ("heartbeat", self._callback, None)
+
     def _fire(self, owner: Owner) -> None:
         if self._running():
             self._schedule.skipped += 1  # the previous async run is still going
@@ -310,6 +313,9 @@ class Watchdog(_Runner):
             return  # cancelled after it came due
         self._state = "expired"
         super()._run()
+
+    def _describe(self) -> tuple[str, object, object]:
+        return ("watchdog", self._callback, None)
 
     def _fire(self, owner: Owner) -> None:
         # A sync on_expire waits in the timer's batch ("firing": cancel() can still stop it,

@@ -212,6 +212,9 @@ class Timeout(_Timed):
         self._state = _EXPIRING
         self._soon = None
 
+    def _describe(self) -> tuple[str, object, object]:
+        return ("timeout", None, self._task)
+
     def _fire(self, owner: Owner) -> None:
         self._on_timeout()
 

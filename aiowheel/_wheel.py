@@ -493,6 +493,17 @@ class Wheel:
         self._elapsed = tick
         self._cache_high = self._cache_low  # placements depend on elapsed
 
+    def entries(self) -> list[Entry]:
+        """Every pending entry (including "never" ones), in no set order; the wheel is not
+        changed. O(pending + buckets): for introspection, not for hot paths."""
+        out: list[Entry] = []
+        for bucket in (*self._buckets, self._never):
+            entry = bucket._next
+            while entry is not bucket and entry is not None:
+                out.append(entry)
+                entry = entry._next
+        return out
+
     def drain(self) -> list[Entry]:
         """Remove and return every pending entry (including "never" ones), in no set order."""
         out: list[Entry] = []

@@ -4,6 +4,7 @@
     pytest -p aiowheel.pytest --aiowheel-base uvloop   # or rloop, zuvloop, auto
     pytest -p aiowheel.pytest --aiowheel-strict        # fail asyncio tests left off loop mode
     pytest -p aiowheel.pytest --aiowheel-clock virtual # every asyncio test on a virtual clock
+    pytest -p aiowheel.pytest --aiowheel-lingering error  # fail a test that leaves a timer
 
 Nothing in the suite changes, and nothing a test sees changes but its event loop:
 
@@ -24,6 +25,13 @@ and pytest-asyncio tests whose loop factories come from the suite's own
 ends with one line saying how many tests ran on loop mode, on which base, and how many were
 left off and why; ``--aiowheel-strict`` makes each asyncio test left off fail, for suites that
 want every one on the wheel.
+
+Lingering timers. ``--aiowheel-lingering error`` (or ``warn``) fails (or warns about) each
+test that leaves a timer pending on its loop-mode loop once its fixtures are torn down, naming
+each timer's kind and the line that filed it (origin tracking is on for those loops); a loop
+shared by several tests reports to each test only the timers it left. ``asyncio.run``, a
+test runner or a fixture that cancels the test's tasks takes their sleeps and timeouts with
+them: what lingers is a timer nothing will cancel (a ``call_later``, a heartbeat).
 
 Virtual time (:mod:`aiowheel.testing`). ``--aiowheel-clock virtual`` puts every asyncio test
 that the plugin switches on a virtual clock: each test's loop starts at 0 (a loop shared by
@@ -50,23 +58,29 @@ late were missed.)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
+import warnings
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 import pytest
 
-from . import _validate
-from ._loop import LoopFactory, loop_factory, virtual_loop_factory
+from . import _engine, _validate
+from ._census import PendingTimer, _name, pending
+from ._loop import LoopFactory, loop_factory, virtual_loop_factory, watch_loops
 from ._virtual import VirtualClock
 from .loops import BASES, auto_base, base_class, installed
 from .testing import clock_of
 
 __all__ = [
     "CLOCKS",
+    "LINGERING",
     "Clock",
+    "LingeringTimerWarning",
     "aiowheel_clock",
     "pytest_addoption",
     "pytest_asyncio_loop_factories",
@@ -74,6 +88,8 @@ __all__ = [
     "pytest_configure",
     "pytest_report_header",
     "pytest_runtest_call",
+    "pytest_runtest_setup",
+    "pytest_runtest_teardown",
     "pytest_terminal_summary",
     "pytest_unconfigure",
     "summary_line",
@@ -87,12 +103,16 @@ CLOCKS: Final = ("real", "virtual")
 
 _MARKER: Final = "aiowheel_clock"
 
+LINGERING: Final = ("off", "warn", "error")
+"""The values ``--aiowheel-lingering`` takes."""
+
 # One factory per (base name, virtual clock settings or None).
 _factories: dict[tuple[str, tuple[bool | float, float] | None], LoopFactory] = {}
 # The test being set up or run: anyio's runner is made without it (see _wrap_anyio).
 _current: list[pytest.Item] = []
 _tally: pytest.StashKey[Counter[tuple[str, str]]] = pytest.StashKey()
 _restore: pytest.StashKey[Callable[[], None]] = pytest.StashKey()
+_lingering: pytest.StashKey[_Lingering] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -117,6 +137,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="real",
         help="with -p aiowheel.pytest: 'virtual' runs every asyncio test on a virtual clock "
         "(aiowheel.testing): sleeps and timeouts take no wall time (default: real)",
+    )
+    group.addoption(
+        "--aiowheel-lingering",
+        choices=LINGERING,
+        default="off",
+        help="with -p aiowheel.pytest: 'error' fails, 'warn' warns about, each test that "
+        "leaves a timer pending on its loop-mode loop (default: off)",
     )
 
 
@@ -181,6 +208,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """Check the base now (a clear usage error), declare the marker, and wrap anyio's
     runner factory."""
     _factory(config)
+    mode = str(config.getoption("aiowheel_lingering"))
+    if mode != "off":
+        config.stash[_lingering] = _Lingering(mode)
     config.addinivalue_line(
         "markers",
         f"{_MARKER}(kind='virtual', *, autojump=True, start=0.0): with -p aiowheel.pytest, "
@@ -200,10 +230,95 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Put anyio's runner factory back."""
+    """Put anyio's runner factory back; stop watching loops."""
     restore = config.stash.get(_restore, None)
     if restore is not None:
         restore()
+    lingering = config.stash.get(_lingering, None)
+    if lingering is not None:
+        lingering.unwatch()
+
+
+class LingeringTimerWarning(pytest.PytestWarning):
+    """A test left a timer pending (``--aiowheel-lingering warn``)."""
+
+
+class _Lingering:
+    """The lingering-timer check: watches every loop-mode loop made during the run, notes
+    what each holds when a test starts, and what the test left when its teardown is done (on
+    a loop closed meanwhile: what it held as it closed)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self._live: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+        self._before: dict[asyncio.AbstractEventLoop, set[int]] = {}
+        self._keep: list[object] = []  # the objects behind _before's ids, kept alive
+        self._left: list[PendingTimer] = []
+        self.unwatch = watch_loops(self._watch)
+
+    def _watch(self, event: str, loop: asyncio.AbstractEventLoop) -> None:
+        if event == "made":
+            self._live.add(loop)
+            _engine.track_loop(loop, True)  # name each timer by the line that filed it
+        else:
+            self._live.discard(loop)
+            self._left.extend(self._new(loop))
+
+    def _new(self, loop: asyncio.AbstractEventLoop) -> list[PendingTimer]:
+        before = self._before.get(loop, set())
+        return [timer for obj, timer in pending(loop) if id(obj) not in before]
+
+    def begin(self) -> None:
+        """A test is about to be set up: note what every live loop holds."""
+        self._left = []
+        self._before = {}
+        self._keep = []
+        for loop in list(self._live):
+            objects = [obj for obj, _ in pending(loop)]
+            self._keep.extend(objects)
+            self._before[loop] = {id(obj) for obj in objects}
+
+    def end(self) -> list[PendingTimer]:
+        """The test is torn down: the timers it left."""
+        left = self._left
+        for loop in list(self._live):
+            if not loop.is_closed():
+                left.extend(self._new(loop))
+        self._left, self._before, self._keep = [], {}, []
+        return sorted(left, key=lambda timer: timer.when)
+
+
+def _lingering_message(nodeid: str, left: list[PendingTimer]) -> str:
+    lines = [f"{nodeid} left {len(left)} timer{'s' if len(left) > 1 else ''} pending:"]
+    for timer in left:
+        what = f" {_name(timer.callback)}," if timer.callback is not None else ""
+        lines.append(f"  {timer.kind}{what} {timer.origin} (due at loop time {timer.when:.3f})")
+    return "\n".join(lines)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """Under ``--aiowheel-lingering``: note what the live loops hold before the test."""
+    lingering = item.config.stash.get(_lingering, None)
+    if lingering is not None:
+        lingering.begin()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Under ``--aiowheel-lingering``: once the test's fixtures are torn down, fail (or warn
+    about) the timers it left."""
+    result = yield
+    lingering = item.config.stash.get(_lingering, None)
+    if lingering is not None:
+        left = lingering.end()
+        if left:
+            message = _lingering_message(item.nodeid, left)
+            if lingering.mode == "error":
+                pytest.fail(message, pytrace=False)
+            warnings.warn(LingeringTimerWarning(message), stacklevel=1)
+    return result
 
 
 def _wrap_anyio(plugin: Any, config: pytest.Config) -> Callable[[], None]:

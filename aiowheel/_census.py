@@ -1,0 +1,359 @@
+"""See every timer: what is pending on a loop and who filed it, loop lag, the current deadline.
+
+A wheel that holds every timer of a program (loop mode) can answer what no event loop answers:
+which code holds these timers, which test left one behind, how late the loop runs, how much
+time the caller left. Everything here is read when asked and costs nothing otherwise:
+
+- :func:`pending_timers` walks the wheels of the loop (its own in loop mode, and every
+  :class:`~aiowheel.Timer` bound to it) and, on asyncio's loops, its own heap
+  (``loop._scheduled``, cancelled handles and the wheels' wake-ups left out). uvloop, rloop and
+  zuvloop keep their heap in native code: there only the wheel is seen, which in loop mode is
+  every timer but the near ones (under the threshold, 10 ms by default).
+- *Origins* name each timer by what it runs: a callback's qualified name, or for a sleep or a
+  timeout the coroutine of the task it serves. With origin tracking on (debug mode, or
+  :func:`track_origins`) each timer also records the line that filed it, at the cost of one
+  stack walk per timer filed (measured on the performance page); off, filing pays one
+  comparison.
+- :func:`loop_lag` reads a histogram the engine keeps per wheel pass (not per timer), so a
+  storm of due timers costs it one update.
+- :func:`current_deadline` scans the pending timers for the timeouts guarding the current task:
+  no bookkeeping on the paths that enter and leave timeouts (their benchmarks do not move), at
+  a cost proportional to what is pending when it is asked (measured on the performance page).
+
+Pure Python in both builds: nothing here is on a hot path. The one scan that may be asked
+often, of the timeouts guarding a task, runs in the engine (compiled where the engine is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from . import _engine
+from ._engine import Engine, engines_of, lag_bounds
+
+__all__ = [
+    "KINDS",
+    "LoopLag",
+    "PendingTimer",
+    "current_deadline",
+    "loop_lag",
+    "pending_timers",
+    "time_left",
+    "timer_census",
+    "track_origins",
+]
+
+KINDS: Final = ("call", "sleep", "timeout", "heartbeat", "watchdog", "scheduled", "loop")
+"""The values of :attr:`PendingTimer.kind`."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTimer:
+    """One pending timer, as :func:`pending_timers` saw it (a snapshot: it does not change)."""
+
+    when: float
+    """Its deadline, in loop time (``loop.time()``)."""
+    kind: str
+    """``"call"`` (``call_at`` / ``call_later``), ``"sleep"``, ``"timeout"``, ``"heartbeat"``
+    (``every``), ``"watchdog"``, ``"scheduled"`` (``schedule_at`` / ``schedule_later``) or
+    ``"loop"`` (on the base loop's own heap)."""
+    callback: Callable[..., object] | None
+    """What it calls when it fires, where it calls something (None for a sleep or a
+    timeout)."""
+    origin: str
+    """Who it is for: the callback's or the coroutine's qualified name; with origin tracking
+    on, the line that filed it (``path.py:12 in handler``)."""
+    task: asyncio.Task[Any] | None
+    """The task it serves or that filed it, where known."""
+
+
+def _loop_of(loop: object) -> asyncio.AbstractEventLoop:
+    if loop is None:
+        return asyncio.get_running_loop()
+    if not isinstance(loop, asyncio.AbstractEventLoop):
+        raise TypeError(f"loop must be an asyncio event loop, got {type(loop).__name__}")
+    return loop
+
+
+def _name(target: object) -> str:
+    """A callback's or coroutine's qualified name, as asyncio would name it."""
+    while isinstance(target, functools.partial):
+        target = target.func
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    if isinstance(name, str):
+        return name
+    return type(target).__qualname__
+
+
+def _task_name(task: asyncio.Task[Any]) -> str:
+    return _name(task.get_coro())
+
+
+class _Reader:
+    """What one call of :func:`pending_timers` needs more than once: which task awaits which
+    future (asked of each task once, not once per timer)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._awaiting: dict[int, asyncio.Task[Any]] | None = None
+
+    def task_awaiting(self, future: object) -> asyncio.Task[Any] | None:
+        if isinstance(future, asyncio.Task):
+            return future
+        if self._awaiting is None:
+            # A task's private `_fut_waiter`: the future it is suspended on (pure and C tasks).
+            self._awaiting = {
+                id(waiter): task
+                for task in asyncio.all_tasks(self._loop)
+                if (waiter := getattr(task, "_fut_waiter", None)) is not None
+            }
+        return self._awaiting.get(id(future))
+
+    def read(
+        self, when: float, kind: str, what: object, who: object, noted: tuple[str, object] | None
+    ) -> PendingTimer:
+        """One snapshot from what an entry or a base handle says of itself."""
+        task: asyncio.Task[Any] | None = None
+        callback = what if callable(what) and not asyncio.iscoroutine(what) else None
+        if kind in ("call", "loop"):
+            kind, task = self._asyncio_timer(kind, what, who)
+            if task is not None:
+                # asyncio's own sleep or timeout machinery: named by the task it serves.
+                what = callback = None
+        elif isinstance(who, asyncio.Future):
+            task = self.task_awaiting(who)
+        if noted is not None:
+            origin, filer = noted
+            if task is None and isinstance(filer, asyncio.Task):
+                task = filer
+        elif what is not None:
+            origin = _name(what)
+        elif task is not None:
+            origin = _task_name(task)
+        else:
+            origin = "<unknown>"
+        return PendingTimer(when, kind, callback, origin, task)
+
+    def _asyncio_timer(
+        self, kind: str, callback: object, args: object
+    ) -> tuple[str, asyncio.Task[Any] | None]:
+        """A call that is one of asyncio's own timers (a sleep, a timeout) says whose: on the
+        wheel its kind says so too; on the base heap it stays "loop"."""
+        first = args[0] if isinstance(args, tuple) and args else None
+        if callback is _SET_RESULT:  # asyncio.sleep
+            return ("sleep" if kind == "call" else kind), self.task_awaiting(first)
+        if callback is _RELEASE_WAITER:  # asyncio.wait_for on 3.11
+            return ("timeout" if kind == "call" else kind), self.task_awaiting(first)
+        if getattr(callback, "__func__", None) is _ASYNCIO_ON_TIMEOUT:  # asyncio.timeout
+            task = getattr(getattr(callback, "__self__", None), "_task", None)
+            return ("timeout" if kind == "call" else kind), task
+        return kind, None
+
+
+# asyncio's private helpers behind its own timers (looked up, not required: None if renamed).
+_SET_RESULT: Final = getattr(asyncio.futures, "_set_result_unless_cancelled", None)
+_RELEASE_WAITER: Final = getattr(asyncio.tasks, "_release_waiter", None)
+_ASYNCIO_ON_TIMEOUT: Final = vars(asyncio.Timeout)["_on_timeout"]
+
+
+def _base_heap(loop: asyncio.AbstractEventLoop) -> list[tuple[object, float, Any, Any, Any]]:
+    """The live handles on the base loop's own heap (asyncio's loops only), the wheels'
+    wake-ups left out: (handle, when, callback, args, source traceback) each, from asyncio's
+    private ``loop._scheduled`` and handle attributes (uvloop, rloop and zuvloop expose none)."""
+    scheduled = getattr(loop, "_scheduled", None)
+    if not isinstance(scheduled, list):
+        return []
+    found: list[tuple[object, float, Any, Any, Any]] = []
+    for handle in scheduled:
+        if not isinstance(handle, asyncio.TimerHandle) or handle.cancelled():
+            continue
+        callback = getattr(handle, "_callback", None)
+        if isinstance(getattr(callback, "__self__", None), Engine):
+            continue  # a wheel's wake-up
+        traceback = getattr(handle, "_source_traceback", None)
+        args = getattr(handle, "_args", None)
+        found.append((handle, handle.when(), callback, args, traceback))
+    return found
+
+
+def _source_of(traceback: Any) -> tuple[str, object] | None:
+    """Where asyncio's debug mode says a base handle was made (its source traceback)."""
+    if not traceback:
+        return None
+    frame = traceback[-1]
+    return (f"{frame.filename}:{frame.lineno} in {frame.name}", None)
+
+
+def pending_timers(loop: asyncio.AbstractEventLoop | None = None) -> list[PendingTimer]:
+    """Every pending timer of ``loop`` (default: the running loop), in deadline order.
+
+    Those on its wheels (the loop's own in loop mode, and every :class:`aiowheel.Timer` bound
+    to it) and, on asyncio's loops, those on its own heap (cancelled ones left out); never a
+    wheel's own wake-up. A closed loop has none.
+
+    >>> for timer in aiowheel.pending_timers():
+    ...     print(f"{timer.when:.3f} {timer.kind:9} {timer.origin}")
+    """
+    return [timer for _, timer in pending(_loop_of(loop))]
+
+
+def pending(loop: asyncio.AbstractEventLoop) -> list[tuple[object, PendingTimer]]:
+    """:func:`pending_timers` of ``loop``, each with the object behind it (a wheel entry, or a
+    handle on the base heap): what the pytest plugin compares before and after a test."""
+    if loop.is_closed():
+        return []
+    reader = _Reader(loop)
+    found: list[tuple[object, PendingTimer]] = []
+    for engine in engines_of(loop):
+        for entry, noted in engine._entries():
+            kind, what, who = entry._describe()
+            found.append((entry, reader.read(entry._when, kind, what, who, noted)))
+    for handle, when, callback, args, traceback in _base_heap(loop):
+        timer = reader.read(when, "loop", callback, args, _source_of(traceback))
+        found.append((handle, timer))
+    found.sort(key=_when)
+    return found
+
+
+def _when(item: tuple[object, PendingTimer]) -> float:
+    return item[1].when
+
+
+def timer_census(
+    loop: asyncio.AbstractEventLoop | None = None, *, top: int | None = 10
+) -> list[tuple[str, int]]:
+    """How many timers are pending on ``loop`` by kind and origin, most first: the ``top``
+    (None: all) pairs of ``("kind origin", count)``, for a server's stats endpoint.
+
+    >>> aiowheel.timer_census(top=3)
+    [('timeout handle_request', 81234), ('sleep Peer.heartbeat', 1000), ('call _on_idle', 12)]
+    """
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise TypeError(f"top must be a positive int or None, got {top!r}")
+    counts = Counter(f"{timer.kind} {timer.origin}" for timer in pending_timers(loop))
+    return counts.most_common(top)
+
+
+def track_origins(enabled: bool = True, *, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """Record the line that files each timer of ``loop`` (default: the running loop) from now
+    on, for :func:`pending_timers` and :func:`timer_census` (asyncio's debug mode records it
+    too); ``enabled=False`` stops it. Costs a stack walk per timer filed while on."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+    _engine.track_loop(_loop_of(loop), enabled)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopLag:
+    """How late the loop ran its wheel timers since :attr:`since` (:func:`loop_lag`).
+
+    Each timer that fired counts once, with the lateness of the wheel pass that ran it: how
+    long after the start of its tick (when the wheel could first run it) the pass ran. That is
+    the loop's own delay, the wheel's rounding up to the tick left out. Percentiles are read
+    off a histogram whose buckets are at most 12.5% wide (exact below 16 us): each is the upper
+    edge of its bucket, never above :attr:`max`.
+    """
+
+    count: int
+    """Timers fired in the window."""
+    p50: float
+    """Median lag, seconds (0.0 when nothing fired)."""
+    p90: float
+    """90th percentile, seconds."""
+    p99: float
+    """99th percentile, seconds."""
+    max: float
+    """The largest lag, exact, seconds."""
+    since: float
+    """Loop time the window began (the loop's first timer, or the last reset)."""
+
+
+def _percentile(histogram: list[int], count: int, fraction: float, largest: float) -> float:
+    if not count:
+        return 0.0
+    rank = max(1, math.ceil(fraction * count))
+    seen = 0
+    for index, in_bucket in enumerate(histogram):
+        seen += in_bucket
+        if seen >= rank:
+            return min(lag_bounds(index)[1], largest)
+    return largest
+
+
+def loop_lag(loop: asyncio.AbstractEventLoop | None = None, *, reset: bool = False) -> LoopLag:
+    """The loop's lag, as its wheel timers saw it: p50, p90, p99 and max of how late each ran
+    (see :class:`LoopLag`), since the window began; ``reset=True`` begins a new window.
+
+    >>> lag = aiowheel.loop_lag(reset=True)      # e.g. every 10 s, to a dashboard
+    >>> lag.p99, lag.max
+    """
+    if not isinstance(reset, bool):
+        raise TypeError(f"reset must be a bool, got {type(reset).__name__}")
+    loop = _loop_of(loop)
+    histogram: list[int] = []
+    count = 0
+    largest = 0.0
+    since = math.inf
+    for engine in engines_of(loop):
+        counts, engine_count, engine_max, engine_since = engine._lag(reset)
+        if len(counts) > len(histogram):
+            histogram.extend([0] * (len(counts) - len(histogram)))
+        for index, in_bucket in enumerate(counts):
+            histogram[index] += in_bucket
+        count += engine_count
+        largest = max(largest, engine_max)
+        since = min(since, engine_since)
+    if since == math.inf:
+        since = loop.time()
+    return LoopLag(
+        count,
+        _percentile(histogram, count, 0.50, largest),
+        _percentile(histogram, count, 0.90, largest),
+        _percentile(histogram, count, 0.99, largest),
+        largest,
+        since,
+    )
+
+
+def current_deadline() -> float | None:
+    """The earliest deadline (loop time) of the timeouts guarding the current task, or None
+    (no timeout, or not in a task): aiowheel's ``timeout`` / ``timeout_at`` / ``wait_for``,
+    and asyncio's ``timeout`` / ``timeout_at`` / ``wait_for`` (3.12+) on loop mode and on
+    asyncio's own loops.
+
+    >>> async with asyncio.timeout(5):
+    ...     aiowheel.current_deadline() - loop.time()    # about 5
+    """
+    loop = asyncio._get_running_loop()
+    if loop is None:
+        return None
+    task = asyncio.current_task(loop)
+    if task is None:
+        return None
+    deadlines = [engine._deadline_for(task) for engine in engines_of(loop)]
+    for _handle, when, callback, _args, _traceback in _base_heap(loop):
+        if (
+            getattr(callback, "__func__", None) is _ASYNCIO_ON_TIMEOUT
+            and getattr(getattr(callback, "__self__", None), "_task", None) is task
+        ):
+            deadlines.append(when)
+    known = [deadline for deadline in deadlines if deadline is not None]
+    return min(known) if known else None
+
+
+def time_left() -> float | None:
+    """Seconds until :func:`current_deadline` (0.0 once it has passed), or None: the budget
+    to hand a database or an HTTP call.
+
+    >>> await conn.execute(query, timeout=aiowheel.time_left())
+    """
+    deadline = current_deadline()
+    if deadline is None:
+        return None
+    return max(0.0, deadline - asyncio.get_running_loop().time())

@@ -1,0 +1,380 @@
+"""Seeing every timer (aiowheel._census): pending_timers, timer_census, track_origins,
+loop_lag, current_deadline / time_left, and the wheel's wake-up as lingering-timer checks see
+it; on every installed base, loop mode and aiowheel's own API alike."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import aiowheel
+import aiowheel.testing as testing
+from tests.support import Base
+
+
+def cb(*args: object) -> None:
+    pass
+
+
+def on_loop_mode(coro: Any, base: Base, **options: Any) -> Any:
+    return aiowheel.run(coro, base=base, **options)
+
+
+def kinds_and_origins(loop: asyncio.AbstractEventLoop | None = None) -> list[tuple[str, str]]:
+    return [(t.kind, t.origin) for t in aiowheel.pending_timers(loop)]
+
+
+# -- pending_timers ----------------------------------------------------------------------------
+
+
+async def sleeper() -> None:
+    await asyncio.sleep(60)
+
+
+async def guarded() -> None:
+    async with asyncio.timeout(30):
+        await asyncio.sleep(100)
+
+
+async def every_kind() -> list[aiowheel.PendingTimer]:
+    """One timer of each kind, filed through loop mode (asyncio's API) and aiowheel's."""
+    loop = asyncio.get_running_loop()
+    timer = aiowheel.get_timer()
+    call = loop.call_later(5, cb)
+    loop.call_later(6, cb).cancel()  # cancelled: not pending
+    tasks = [asyncio.ensure_future(sleeper()), asyncio.ensure_future(guarded())]
+    beat = timer.every(1, cb)
+    dog = timer.watchdog(2, cb)
+    scheduled = timer.schedule_later(3, sleeper())
+
+    async def own_timeout() -> None:
+        async with aiowheel.timeout(20):
+            await timer.sleep(90)
+
+    tasks.append(asyncio.ensure_future(own_timeout()))
+    await asyncio.sleep(0.05)
+    found = aiowheel.pending_timers()
+    for task in tasks:
+        task.cancel()
+    call.cancel()
+    beat.cancel()
+    dog.cancel()
+    scheduled.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    assert aiowheel.pending_timers() == []  # every one of them gone with its cancel
+    return found
+
+
+def test_every_kind_is_listed_in_deadline_order_with_its_origin(base: Base) -> None:
+    found = on_loop_mode(every_kind(), base)
+    assert [t.when for t in found] == sorted(t.when for t in found)
+    assert Counter((t.kind, t.origin) for t in found) == Counter(
+        {
+            ("heartbeat", "cb"): 1,
+            ("watchdog", "cb"): 1,
+            ("scheduled", "sleeper"): 1,
+            ("call", "cb"): 1,
+            ("timeout", "every_kind.<locals>.own_timeout"): 1,
+            ("timeout", "guarded"): 1,  # asyncio.timeout, on the wheel by loop mode
+            ("sleep", "sleeper"): 1,  # asyncio.sleep
+            ("sleep", "guarded"): 1,
+            ("sleep", "every_kind.<locals>.own_timeout"): 1,  # aiowheel's own sleep
+        }
+    )
+    by_kind = {t.kind: t for t in found}
+    assert by_kind["call"].callback is cb and by_kind["heartbeat"].callback is cb
+    assert by_kind["timeout"].callback is None  # asyncio's machinery is not the user's callback
+    for timer in found:
+        if timer.kind in ("sleep", "timeout"):
+            assert isinstance(timer.task, asyncio.Task), timer
+            assert timer.task.get_coro().__qualname__ == timer.origin  # type: ignore[union-attr]
+
+
+def test_the_snapshot_is_immutable() -> None:
+    async def main() -> aiowheel.PendingTimer:
+        asyncio.get_running_loop().call_later(5, cb)
+        return aiowheel.pending_timers()[0]
+
+    snapshot = on_loop_mode(main(), None)
+    with pytest.raises(AttributeError):
+        snapshot.when = 0.0  # type: ignore[misc]
+
+
+@pytest.mark.bases("asyncio")
+def test_the_base_heap_is_listed_as_loop_and_the_wake_up_never(base: Base) -> None:
+    async def main() -> list[tuple[str, str]]:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.002, cb)  # under the threshold: on asyncio's own heap
+        loop.call_later(5, cb)  # on the wheel; its wake-up is on the heap, never listed
+        return kinds_and_origins()
+
+    assert on_loop_mode(main(), base) == [("loop", "cb"), ("call", "cb")]
+
+    async def plain() -> list[tuple[str, str]]:
+        loop = asyncio.get_running_loop()
+        loop.call_later(5, cb)
+        loop.call_later(1, cb).cancel()
+        task = asyncio.ensure_future(sleeper())
+        await asyncio.sleep(0)
+        aiowheel.get_timer().call_later(3, cb)  # aiowheel's Timer: wake-up on the heap
+        found = kinds_and_origins()
+        task.cancel()
+        return found
+
+    # A plain asyncio loop: its heap as "loop", asyncio.sleep named by its task.
+    assert asyncio.run(plain()) == [("call", "cb"), ("loop", "cb"), ("loop", "sleeper")]
+
+
+def test_bad_loops_and_closed_loops() -> None:
+    with pytest.raises(TypeError, match="loop must be an asyncio event loop, got str"):
+        aiowheel.pending_timers("loop")  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        aiowheel.pending_timers()
+    loop = aiowheel.new_event_loop()
+    loop.call_later(5, cb)
+    assert [t.kind for t in aiowheel.pending_timers(loop)] == ["call"]
+    loop.close()
+    assert aiowheel.pending_timers(loop) == []
+    with pytest.raises(TypeError, match="top must be a positive int or None, got 0"):
+        aiowheel.timer_census(loop, top=0)
+    with pytest.raises(TypeError, match="enabled must be a bool, got str"):
+        aiowheel.track_origins("yes", loop=loop)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="reset must be a bool, got int"):
+        aiowheel.loop_lag(loop, reset=1)  # type: ignore[arg-type]
+
+
+# -- origins -----------------------------------------------------------------------------------
+
+
+def test_origin_tracking_names_the_line_and_the_task(base: Base) -> None:
+    async def main() -> list[aiowheel.PendingTimer]:
+        loop = asyncio.get_running_loop()
+        loop.call_later(5, cb)  # before tracking: named by its callback
+        aiowheel.track_origins()
+        loop.call_later(6, cb)
+        line = sys._getframe().f_lineno - 1
+        task = asyncio.ensure_future(sleeper())
+        await asyncio.sleep(0)
+        found = aiowheel.pending_timers()
+        aiowheel.track_origins(False)
+        loop.call_later(1000, cb)  # the last by deadline
+        found += aiowheel.pending_timers()[-1:]
+        task.cancel()
+        where = "test_origin_tracking_names_the_line_and_the_task.<locals>.main"
+        assert found[1].origin == f"{__file__}:{line} in {where}"
+        return found
+
+    found = on_loop_mode(main(), base)
+    assert found[0].origin == "cb"
+    assert found[1].task is not None and found[1].task.get_coro().__qualname__.endswith("main")
+    assert found[2].origin.endswith("in sleeper")  # the line in sleeper() that slept
+    assert found[3].origin == "cb"  # tracking off again
+
+
+def test_debug_mode_tracks_origins() -> None:
+    async def main() -> str:
+        asyncio.get_running_loop().call_later(5, cb)
+        return aiowheel.pending_timers()[0].origin
+
+    assert on_loop_mode(main(), None, debug=True).startswith(f"{__file__}:")
+    assert on_loop_mode(main(), None, debug=False) == "cb"
+
+
+def test_the_census_counts_by_kind_and_origin(base: Base) -> None:
+    async def main() -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        loop = asyncio.get_running_loop()
+        for _ in range(300):
+            loop.call_later(10, cb)
+        tasks = [asyncio.ensure_future(sleeper()) for _ in range(20)]
+        await asyncio.sleep(0)
+        top = aiowheel.timer_census(top=1)
+        everything = aiowheel.timer_census(top=None)
+        for task in tasks:
+            task.cancel()
+        return top, everything
+
+    top, everything = on_loop_mode(main(), base)
+    assert top == [("call cb", 300)]
+    assert everything == [("call cb", 300), ("sleep sleeper", 20)]
+
+
+# -- what lingering-timer checks see -------------------------------------------------------------
+
+
+def home_assistant_lingering(loop: asyncio.AbstractEventLoop) -> list[Any]:
+    """Home Assistant's verify_cleanup check: every handle on loop._scheduled that does not
+    say it is cancelled."""
+    return [handle for handle in loop._scheduled if not handle.cancelled()]  # type: ignore[attr-defined]
+
+
+def test_home_assistants_check_never_reports_the_wheels_wake_up() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        handle = loop.call_later(5, cb)  # a wheel timer: its wake-up is on loop._scheduled
+        assert len(loop._scheduled) == 1  # type: ignore[attr-defined]
+        assert home_assistant_lingering(loop) == []  # not reported in the user's place
+        assert "aiowheel wheel wake-up" in repr(loop._scheduled[0])  # type: ignore[attr-defined]
+        handle.cancel()
+        assert home_assistant_lingering(loop) == []  # nor after the last timer is cancelled
+        near = loop.call_later(0.002, cb)  # on the heap itself: the user's, reported
+        assert home_assistant_lingering(loop) == [near]
+        near.cancel()
+        # The wake-up still wakes the wheel: a timer filed now fires.
+        fired = asyncio.Event()
+        loop.call_later(0.02, fired.set)
+        await asyncio.wait_for(fired.wait(), 5)
+
+    on_loop_mode(main(), None)
+
+
+# -- loop lag ----------------------------------------------------------------------------------
+
+
+def test_loop_lag_counts_each_timer_with_the_lateness_of_its_pass(base: Base) -> None:
+    async def main() -> tuple[aiowheel.LoopLag, aiowheel.LoopLag, aiowheel.LoopLag]:
+        loop = asyncio.get_running_loop()
+        fresh = aiowheel.loop_lag()
+        done = asyncio.Event()
+        for _ in range(10):
+            loop.call_later(0.02, cb)
+        loop.call_later(0.021, done.set)
+        time.sleep(0.2)  # noqa: ASYNC251  # the loop blocked past their deadlines: ~0.18 s lag
+        await asyncio.wait_for(done.wait(), 10)
+        blocked = aiowheel.loop_lag(reset=True)
+        after_reset = aiowheel.loop_lag()
+        return fresh, blocked, after_reset
+
+    fresh, blocked, after_reset = on_loop_mode(main(), base)
+    assert (fresh.count, fresh.p50, fresh.max) == (0, 0.0, 0.0)
+    assert blocked.count >= 11  # every timer that fired counts (other timers may add)
+    assert 0.15 <= blocked.max < 10  # generous: a loaded machine only makes it later
+    assert blocked.p50 <= blocked.p90 <= blocked.p99 <= blocked.max
+    assert blocked.p99 >= 0.15 * 0.875  # the bucket holding the blocked pass
+    assert after_reset.count == 0 and after_reset.since >= blocked.since
+
+
+def test_on_a_virtual_clock_there_is_no_lag(base: Base) -> None:
+    async def main() -> aiowheel.LoopLag:
+        for delay in (1, 2, 3, 3600):
+            await asyncio.sleep(delay)
+        return aiowheel.loop_lag()
+
+    lag = testing.run(main(), base=base)
+    assert lag.count == 4 and lag.max == 0.0
+
+
+# -- current_deadline / time_left -----------------------------------------------------------------
+
+
+async def deadlines() -> list[Any]:
+    loop = asyncio.get_running_loop()
+    seen: list[Any] = [aiowheel.current_deadline(), aiowheel.time_left()]
+    async with asyncio.timeout(30):
+        seen.append(round(aiowheel.time_left() or -1))
+        async with aiowheel.timeout(20):
+            seen.append(round(aiowheel.time_left() or -1))
+            async with asyncio.timeout(50):  # a later one does not count: the earliest does
+                seen.append(round(aiowheel.time_left() or -1))
+
+                async def other() -> float | None:
+                    return aiowheel.current_deadline()  # another task: not guarded by these
+
+                seen.append(await asyncio.ensure_future(other()))
+        seen.append(round(aiowheel.current_deadline() - loop.time()))  # type: ignore[operator]
+    seen.append(aiowheel.current_deadline())
+    if sys.version_info >= (3, 12):  # wait_for is asyncio.timeout from 3.12
+
+        async def in_wait_for() -> float | None:
+            return aiowheel.time_left()
+
+        seen.append(round(await asyncio.wait_for(in_wait_for(), 40) or -1))
+
+    async def in_own_wait_for() -> float | None:
+        return aiowheel.time_left()
+
+    seen.append(round(await aiowheel.wait_for(in_own_wait_for(), 45) or -1))
+    return seen
+
+
+def test_current_deadline_sees_the_timeouts_guarding_this_task(base: Base) -> None:
+    expected = [None, None, 30, 20, 20, None, 30, None]
+    if sys.version_info >= (3, 12):
+        expected.append(40)
+    expected.append(45)
+    assert on_loop_mode(deadlines(), base) == expected
+    # On a virtual clock, exactly.
+    assert testing.run(deadlines(), base=base) == expected
+
+
+def test_current_deadline_on_asyncios_own_loop_and_outside_a_task() -> None:
+    assert aiowheel.current_deadline() is None and aiowheel.time_left() is None
+
+    async def main() -> tuple[int, float]:
+        async with asyncio.timeout(30):
+            left = round(aiowheel.time_left() or -1)
+        async with asyncio.timeout(-1):
+            passed = aiowheel.time_left()
+            await asyncio.sleep(0)
+        return left, passed  # type: ignore[return-value]
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(main())
+
+    async def left_only() -> int:
+        async with asyncio.timeout(30):
+            return round(aiowheel.time_left() or -1)
+
+    assert asyncio.run(left_only()) == 30
+
+
+# -- against a model ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_pending_timers_is_what_a_model_says_is_pending(seed: int) -> None:
+    """Random calls, cancels, sleeps and timeouts on a virtual clock; after every step, what
+    pending_timers lists (deadline and kind) is exactly what the model holds."""
+    rng = random.Random(seed)
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        model: dict[object, tuple[float, str]] = {}
+        checks = 0
+        for _ in range(300):
+            op = rng.random()
+            now = loop.time()
+            if op < 0.35:
+                delay = rng.choice([0.003, 0.5, 2.0, 30.0, 3600.0])
+                handle = loop.call_later(delay, cb)
+                model[handle] = (now + delay, "call")
+            elif op < 0.55 and model:
+                victim = rng.choice(list(model))
+                if isinstance(victim, asyncio.Task):
+                    victim.cancel()
+                    await asyncio.sleep(0)
+                else:
+                    victim.cancel()  # type: ignore[attr-defined]
+                del model[victim]
+            elif op < 0.7:
+                delay = rng.choice([0.5, 7.0, 100.0])
+                task = asyncio.ensure_future(asyncio.sleep(delay))
+                await asyncio.sleep(0)
+                model[task] = (now + delay, "sleep")
+            else:
+                await testing.advance(rng.choice([0.0, 0.001, 0.4, 1.5, 40.0]))
+                now = loop.time()
+                model = {key: v for key, v in model.items() if v[0] > now}
+            listed = sorted((round(t.when, 6), t.kind) for t in aiowheel.pending_timers())
+            assert listed == sorted((round(w, 6), k) for w, k in model.values()), checks
+            checks += 1
+        for key in model:
+            key.cancel()  # type: ignore[attr-defined]
+        return checks
+
+    assert testing.run(main(), autojump=False) == 300
