@@ -531,3 +531,104 @@ def test_an_unknown_clock_is_a_usage_error_listing_the_choices(tmp_path: Path) -
     # argparse quotes the choices on newer interpreters: "(choose from 'real', 'virtual')".
     assert "invalid choice: 'fake' (choose from " in line
     assert line.replace("'", "").endswith("(choose from real, virtual)"), line
+
+
+# -- --aiowheel-lingering ----------------------------------------------------------------------
+
+LINGERING = textwrap.dedent(
+    """
+    import asyncio
+
+    import pytest
+
+    import aiowheel
+
+
+    def on_idle():
+        pass
+
+
+    @pytest.mark.asyncio
+    async def test_leaves_a_call():
+        asyncio.get_running_loop().call_later(100, on_idle)
+
+
+    @pytest.mark.asyncio
+    async def test_cancels_its_call():
+        asyncio.get_running_loop().call_later(100, on_idle).cancel()
+
+
+    @pytest.mark.asyncio
+    async def test_a_sleeping_task_is_cancelled_by_the_runner():
+        asyncio.ensure_future(asyncio.sleep(100))
+        await asyncio.sleep(0)
+
+
+    @pytest.mark.anyio
+    async def test_anyio_leaves_a_heartbeat():
+        aiowheel.get_timer().every(30, on_idle)
+
+
+    @pytest.mark.anyio
+    async def test_anyio_clean():
+        beat = aiowheel.get_timer().every(30, on_idle)
+        beat.cancel()
+
+
+    # A module-scoped loop: each test answers only for what it left.
+    @pytest.mark.asyncio(loop_scope="module")
+    async def test_shared_loop_leaves_one():
+        asyncio.get_running_loop().call_later(200, on_idle)
+
+
+    @pytest.mark.asyncio(loop_scope="module")
+    async def test_shared_loop_then_clean():
+        await asyncio.sleep(0)
+    """
+)
+
+
+@pytest.mark.parametrize("clock", ["real", "virtual"])
+@pytest.mark.parametrize("base", ["asyncio", "uvloop"])
+def test_lingering_error_fails_each_test_that_leaves_a_timer(
+    tmp_path: Path, clock: str, base: str
+) -> None:
+    args = ("-p", "aiowheel.pytest", "--aiowheel-lingering", "error", "--aiowheel-clock", clock,
+            "--aiowheel-base", base)  # fmt: skip
+    proc, _ = run_shape(tmp_path, clock_shape(LINGERING), *args)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "7 passed, 3 errors" in proc.stdout, proc.stdout
+    failed = sorted(
+        line.split("::")[1].split(" ")[0]
+        for line in proc.stdout.splitlines()
+        if line.startswith("ERROR test_a.py::")
+    )
+    assert failed == ["test_anyio_leaves_a_heartbeat", "test_leaves_a_call",
+                      "test_shared_loop_leaves_one"]  # fmt: skip
+    # Each names the timer's kind, callback and the line that filed it.
+    assert "test_a.py::test_leaves_a_call left 1 timer pending:" in proc.stdout
+    assert "  call on_idle, " in proc.stdout and "test_a.py:15 in test_leaves_a_call" in proc.stdout
+    assert "  heartbeat on_idle, " in proc.stdout
+    assert "test_a.py:31 in test_anyio_leaves_a_heartbeat" in proc.stdout
+
+
+def test_lingering_warn_warns_and_passes(tmp_path: Path) -> None:
+    proc, _ = run_shape(tmp_path, clock_shape(LINGERING), "-p", "aiowheel.pytest",
+                        "--aiowheel-lingering", "warn")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "7 passed, 3 warnings" in proc.stdout
+    assert proc.stdout.count("LingeringTimerWarning: test_a.py::") == 3
+
+
+def test_without_lingering_nothing_is_checked(tmp_path: Path) -> None:
+    proc, _ = run_shape(tmp_path, clock_shape(LINGERING), "-p", "aiowheel.pytest")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "7 passed" in proc.stdout and "Lingering" not in proc.stdout
+
+
+def test_an_unknown_lingering_mode_is_a_usage_error(tmp_path: Path) -> None:
+    proc, _ = run_shape(tmp_path, SHAPES["anyio-default"], "-p", "aiowheel.pytest",
+                        "--aiowheel-lingering", "fail")  # fmt: skip
+    assert proc.returncode == 4
+    line = next(line for line in proc.stderr.splitlines() if "--aiowheel-lingering" in line)
+    assert line.replace("'", "").endswith("invalid choice: fail (choose from off, warn, error)")
