@@ -250,6 +250,7 @@ class Engine(Owner):
         "_inverse_tick",
         "_lag_count",
         "_lag_counts",
+        "_lag_listener",
         "_lag_max",
         "_lag_since",
         "_limit",
@@ -308,6 +309,8 @@ class Engine(Owner):
         self._lag_count = 0
         self._lag_max = 0.0
         self._lag_since = 0.0
+        # Called with each pass's lag and count too, if set (aiowheel.otel's histogram).
+        self._lag_listener: Callable[[float, int], None] | None = None
         # Where each pending timer was filed from, while origin tracking is on (debug mode or
         # aiowheel.track_origins); None otherwise, and then filing pays one comparison.
         self._origins: dict[_Timed, tuple[str, object]] | None = None
@@ -583,6 +586,9 @@ class Engine(Owner):
         self._lag_count += count
         if late > self._lag_max:
             self._lag_max = late
+        listener = self._lag_listener
+        if listener is not None:
+            listener(late, count)
 
     def _lag(self, reset: bool) -> tuple[list[int], int, float, float]:
         """The lag histogram, its count, its max and the loop time its window began; a new

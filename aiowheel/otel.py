@@ -1,0 +1,131 @@
+"""OpenTelemetry metrics of a loop's timers: pending, fired, cancelled, and the loop's lag.
+
+Optional: ``pip install 'aiowheel[otel]'`` brings ``opentelemetry-api``; nothing of it is
+imported unless this module is. With an SDK and an exporter configured (Prometheus, OTLP...),
+one call per loop::
+
+    aiowheel.otel.instrument()            # inside the running loop, after the SDK is set up
+
+The instruments, attributed by ``loop`` (the loop's id, so several loops of a process stay
+apart) and whatever ``attributes`` add:
+
+- ``aiowheel.timers.pending`` (observable gauge): timers pending on the loop's wheels now;
+- ``aiowheel.timers.fired`` and ``aiowheel.timers.cancelled`` (observable counters): since the
+  loop's wheels began;
+- ``aiowheel.loop.lag`` (histogram, seconds): how late each wheel pass that fired timers ran
+  (one sample per pass; :func:`aiowheel.loop_lag` weighs them by timers fired).
+
+The counts are read when the SDK collects (O(1) per wheel); the histogram records once per
+pass. For Prometheus, the SDK's ``PrometheusMetricReader`` exposes them as
+``aiowheel_timers_pending``, ``aiowheel_timers_fired_total``, ``aiowheel_timers_cancelled_total``
+and ``aiowheel_loop_lag_seconds_bucket`` (see the "Seeing your timers" page).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from opentelemetry import metrics
+
+from ._census import _loop_of
+from ._engine import Engine, engines_of
+
+__all__ = ["Instrumentation", "instrument"]
+
+
+class Instrumentation:
+    """What :func:`instrument` set up for one loop; :meth:`close` stops it."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        meter: metrics.Meter,
+        attributes: Mapping[str, str | int | float | bool],
+    ) -> None:
+        self._loop = weakref.ref(loop)
+        self._attributes = {"loop": id(loop), **attributes}
+        self._closed = False
+        meter.create_observable_gauge(
+            "aiowheel.timers.pending", [self._pending], unit="{timer}",
+            description="timers pending on the loop's wheels",
+        )  # fmt: skip
+        meter.create_observable_counter(
+            "aiowheel.timers.fired", [self._fired], unit="{timer}",
+            description="timers fired by the loop's wheels",
+        )  # fmt: skip
+        meter.create_observable_counter(
+            "aiowheel.timers.cancelled", [self._cancelled], unit="{timer}",
+            description="timers cancelled on the loop's wheels",
+        )  # fmt: skip
+        self._lag = meter.create_histogram(
+            "aiowheel.loop.lag", unit="s",
+            description="how late each wheel pass that fired timers ran",
+        )  # fmt: skip
+        self._listened: list[Engine] = []
+        self._listen()
+
+    def _engines(self) -> list[Engine]:
+        loop = self._loop()
+        if loop is None or self._closed:
+            return []
+        engines = engines_of(loop)
+        if any(engine._lag_listener is None for engine in engines):
+            self._listen()  # a Timer bound since
+        return engines
+
+    def _listen(self) -> None:
+        loop = self._loop()
+        if loop is None:
+            return
+        for engine in engines_of(loop):
+            if engine._lag_listener is None:
+                engine._lag_listener = self._record
+                self._listened.append(engine)
+
+    def _record(self, late: float, count: int) -> None:
+        self._lag.record(late, self._attributes)
+
+    def _observe(self, index: int) -> Iterable[metrics.Observation]:
+        engines = self._engines()
+        if not engines and self._loop() is None:
+            return []
+        total = sum(engine._counters()[index] for engine in engines)
+        return [metrics.Observation(total, self._attributes)]
+
+    def _pending(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return self._observe(0)
+
+    def _fired(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return self._observe(1)
+
+    def _cancelled(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return self._observe(2)
+
+    def close(self) -> None:
+        """Stop recording: the histogram is no longer fed, the gauges report nothing."""
+        self._closed = True
+        for engine in self._listened:
+            if engine._lag_listener == self._record:
+                engine._lag_listener = None
+        self._listened.clear()
+
+
+def instrument(
+    loop: asyncio.AbstractEventLoop | None = None,
+    *,
+    meter_provider: Any = None,
+    attributes: Mapping[str, str | int | float | bool] | None = None,
+) -> Instrumentation:
+    """Report ``loop``'s timers (default: the running loop) through OpenTelemetry: the meter
+    ``aiowheel`` of ``meter_provider`` (default: the global one).
+
+    >>> aiowheel.otel.instrument(attributes={"service": "api"})
+    """
+    loop = _loop_of(loop)
+    if attributes is not None and not isinstance(attributes, Mapping):
+        raise TypeError(f"attributes must be a mapping, got {type(attributes).__name__}")
+    meter = metrics.get_meter("aiowheel", meter_provider=meter_provider)
+    return Instrumentation(loop, meter, dict(attributes or {}))
