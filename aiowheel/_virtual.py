@@ -60,7 +60,7 @@ from . import _validate
 __all__ = ["VirtualClock", "VirtualTime"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class VirtualTime:
     """How a virtual loop's clock behaves: where it starts and when it jumps (part of its
     :class:`~aiowheel.LoopConfig`)."""
@@ -70,6 +70,18 @@ class VirtualTime:
     time; False: move only by :func:`aiowheel.testing.advance`."""
     start: float
     """``loop.time()`` when the loop is made."""
+
+    # Equal (and hashed) by kind as well as value: True == 1.0 and False == 0 in Python, but
+    # autojump=True (jump when idle) and autojump=1.0 (after 1 s of real idle time) are
+    # different clocks, and so are False and 0; configs are cache keys for loop classes.
+    def _key(self) -> tuple[bool, bool | float, float]:
+        return (isinstance(self.autojump, bool), self.autojump, self.start)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, VirtualTime) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
 class _Wake:

@@ -107,7 +107,7 @@ LINGERING: Final = ("off", "warn", "error")
 """The values ``--aiowheel-lingering`` takes."""
 
 # One factory per (base name, virtual clock settings or None).
-_factories: dict[tuple[str, tuple[bool | float, float] | None], LoopFactory] = {}
+_factories: dict[tuple[str, tuple[bool, bool | float, float] | None], LoopFactory] = {}
 # The test being set up or run: anyio's runner is made without it (see _wrap_anyio).
 _current: list[pytest.Item] = []
 _tally: pytest.StashKey[Counter[tuple[str, str]]] = pytest.StashKey()
@@ -155,7 +155,9 @@ def _factory(
     """The loop-mode factory for ``base`` (default: ``--aiowheel-base``) on the real clock,
     or on a virtual one with ``clock`` = (autojump, start)."""
     name = base or str(config.getoption("aiowheel_base"))
-    found = _factories.get((name, clock))
+    # The clock's kind in the key: autojump True == 1.0 and False == 0 in Python.
+    key = (name, None if clock is None else (isinstance(clock[0], bool), *clock))
+    found = _factories.get(key)
     if found is None:
         try:
             base_loop = auto_base() if name == "auto" else base_class(name)
@@ -165,7 +167,7 @@ def _factory(
             found = loop_factory(base_loop)
         else:
             found = virtual_loop_factory(base_loop, 0.001, *clock)
-        _factories[(name, clock)] = found
+        _factories[key] = found
     return found
 
 

@@ -473,3 +473,35 @@ def test_a_fake_loop_time_files_and_fires_every_timer(base: Base) -> None:
     expected = _fake_clock_run(asyncio.new_event_loop)
     assert expected == [0.0, 30, [], 1, False, 3600]
     assert _fake_clock_run(aiowheel.loop_factory(base)) == expected
+
+
+def test_autojump_true_and_one_second_are_different_clocks_and_so_are_false_and_zero() -> None:
+    """True == 1.0 and False == 0 in Python; the loop classes are cached by config: each must
+    still get the clock it asked for, whatever ran before in the process."""
+
+    async def quick() -> float:
+        await asyncio.sleep(50)
+        return asyncio.get_running_loop().time()
+
+    async def advanced() -> float:
+        sleeper = asyncio.ensure_future(asyncio.sleep(50))
+        await testing.advance(50)
+        await sleeper
+        return asyncio.get_running_loop().time()
+
+    assert testing.run(quick(), autojump=True) == 50.0
+    wall = time.perf_counter()
+    assert testing.run(quick(), autojump=1.0) == 50.0
+    assert time.perf_counter() - wall >= 1.0  # a second of real idle time first, not at once
+    assert testing.run(advanced(), autojump=False) == 50.0
+    # 0 s of real idle time: it jumps (on False's clock it would wait forever: a thread, so a
+    # regression fails here instead of hanging the suite).
+    result: list[float] = []
+    thread = threading.Thread(
+        target=lambda: result.append(testing.run(quick(), autojump=0)), daemon=True
+    )
+    thread.start()
+    thread.join(60)
+    assert result == [50.0]
+    factories = {testing.virtual_loop_factory(autojump=a) for a in (True, 1.0, False, 0)}
+    assert len({f.config for f in factories}) == 4
