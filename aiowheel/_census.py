@@ -32,10 +32,18 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from types import CodeType
+from typing import Any, Final, NamedTuple
 
 from . import _engine
-from ._engine import Engine, engines_of, lag_bounds
+from ._engine import (
+    Engine,
+    asyncio_timeout_task,
+    classify,
+    engines_of,
+    lag_bounds,
+    origin_key,
+)
 
 __all__ = [
     "KINDS",
@@ -53,8 +61,7 @@ KINDS: Final = ("call", "sleep", "timeout", "heartbeat", "watchdog", "scheduled"
 """The values of :attr:`PendingTimer.kind`."""
 
 
-@dataclass(frozen=True, slots=True)
-class PendingTimer:
+class PendingTimer(NamedTuple):
     """One pending timer, as :func:`pending_timers` saw it (a snapshot: it does not change)."""
 
     when: float
@@ -64,8 +71,8 @@ class PendingTimer:
     (``every``), ``"watchdog"``, ``"scheduled"`` (``schedule_at`` / ``schedule_later``) or
     ``"loop"`` (on the base loop's own heap)."""
     callback: Callable[..., object] | None
-    """What it calls when it fires, where it calls something (None for a sleep or a
-    timeout)."""
+    """What it calls when it fires, where it calls something of the program's (None for a
+    sleep or a timeout)."""
     origin: str
     """Who it is for: the callback's or the coroutine's qualified name; with origin tracking
     on, the line that filed it (``path.py:12 in handler``)."""
@@ -91,75 +98,34 @@ def _name(target: object) -> str:
     return type(target).__qualname__
 
 
-def _task_name(task: asyncio.Task[Any]) -> str:
-    return _name(task.get_coro())
+class _Namer:
+    """Names for one call: one per origin (:func:`origin_key`), made once."""
 
+    def __init__(self) -> None:
+        self._names: dict[object, str] = {}
 
-class _Reader:
-    """What one call of :func:`pending_timers` needs more than once: which task awaits which
-    future (asked of each task once, not once per timer)."""
+    def name(self, key: object) -> str:
+        if isinstance(key, str):
+            return key  # a line noted by origin tracking
+        try:
+            return self._names[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable callback
+            return self._make(key)
+        name = self._names[key] = self._make(key)
+        return name
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._awaiting: dict[int, asyncio.Task[Any]] | None = None
+    @staticmethod
+    def _make(key: object) -> str:
+        if key is None:
+            return "<unknown>"
+        if isinstance(key, CodeType):
+            return key.co_qualname
+        return _name(key)
 
-    def task_awaiting(self, future: object) -> asyncio.Task[Any] | None:
-        if isinstance(future, asyncio.Task):
-            return future
-        if self._awaiting is None:
-            # A task's private `_fut_waiter`: the future it is suspended on (pure and C tasks).
-            self._awaiting = {
-                id(waiter): task
-                for task in asyncio.all_tasks(self._loop)
-                if (waiter := getattr(task, "_fut_waiter", None)) is not None
-            }
-        return self._awaiting.get(id(future))
-
-    def read(
-        self, when: float, kind: str, what: object, who: object, noted: tuple[str, object] | None
-    ) -> PendingTimer:
-        """One snapshot from what an entry or a base handle says of itself."""
-        task: asyncio.Task[Any] | None = None
-        callback = what if callable(what) and not asyncio.iscoroutine(what) else None
-        if kind in ("call", "loop"):
-            kind, task = self._asyncio_timer(kind, what, who)
-            if task is not None:
-                # asyncio's own sleep or timeout machinery: named by the task it serves.
-                what = callback = None
-        elif isinstance(who, asyncio.Future):
-            task = self.task_awaiting(who)
-        if noted is not None:
-            origin, filer = noted
-            if task is None and isinstance(filer, asyncio.Task):
-                task = filer
-        elif what is not None:
-            origin = _name(what)
-        elif task is not None:
-            origin = _task_name(task)
-        else:
-            origin = "<unknown>"
-        return PendingTimer(when, kind, callback, origin, task)
-
-    def _asyncio_timer(
-        self, kind: str, callback: object, args: object
-    ) -> tuple[str, asyncio.Task[Any] | None]:
-        """A call that is one of asyncio's own timers (a sleep, a timeout) says whose: on the
-        wheel its kind says so too; on the base heap it stays "loop"."""
-        first = args[0] if isinstance(args, tuple) and args else None
-        if callback is _SET_RESULT:  # asyncio.sleep
-            return ("sleep" if kind == "call" else kind), self.task_awaiting(first)
-        if callback is _RELEASE_WAITER:  # asyncio.wait_for on 3.11
-            return ("timeout" if kind == "call" else kind), self.task_awaiting(first)
-        if getattr(callback, "__func__", None) is _ASYNCIO_ON_TIMEOUT:  # asyncio.timeout
-            task = getattr(getattr(callback, "__self__", None), "_task", None)
-            return ("timeout" if kind == "call" else kind), task
-        return kind, None
-
-
-# asyncio's private helpers behind its own timers (looked up, not required: None if renamed).
-_SET_RESULT: Final = getattr(asyncio.futures, "_set_result_unless_cancelled", None)
-_RELEASE_WAITER: Final = getattr(asyncio.tasks, "_release_waiter", None)
-_ASYNCIO_ON_TIMEOUT: Final = vars(asyncio.Timeout)["_on_timeout"]
+    def origin(self, what: object, task: object, noted: object) -> str:
+        return self.name(origin_key(what, task, noted))
 
 
 def _base_heap(loop: asyncio.AbstractEventLoop) -> list[tuple[object, float, Any, Any, Any]]:
@@ -208,17 +174,25 @@ def pending(loop: asyncio.AbstractEventLoop) -> list[tuple[object, PendingTimer]
     handle on the base heap): what the pytest plugin compares before and after a test."""
     if loop.is_closed():
         return []
-    reader = _Reader(loop)
+    namer = _Namer()
     found: list[tuple[object, PendingTimer]] = []
     for engine in engines_of(loop):
-        for entry, noted in engine._entries():
-            kind, what, who = entry._describe()
-            found.append((entry, reader.read(entry._when, kind, what, who, noted)))
+        for entry, when, kind, what, task, noted in engine._timers():
+            found.append((entry, _snapshot(namer, when, kind, what, task, noted)))
     for handle, when, callback, args, traceback in _base_heap(loop):
-        timer = reader.read(when, "loop", callback, args, _source_of(traceback))
-        found.append((handle, timer))
+        kind, what, task = classify("loop", callback, args)
+        found.append((handle, _snapshot(namer, when, kind, what, task, _source_of(traceback))))
     found.sort(key=_when)
     return found
+
+
+def _snapshot(
+    namer: _Namer, when: float, kind: str, what: object, task: object, noted: object
+) -> PendingTimer:
+    if task is None and noted is not None:
+        task = noted[1]  # type: ignore[index]  # origin tracking saw who filed it
+    callback = what if callable(what) else None  # a coroutine object is not callable
+    return PendingTimer(when, kind, callback, namer.origin(what, task, noted), task)  # type: ignore[arg-type]
 
 
 def _when(item: tuple[object, PendingTimer]) -> float:
@@ -236,7 +210,22 @@ def timer_census(
     """
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise TypeError(f"top must be a positive int or None, got {top!r}")
-    counts = Counter(f"{timer.kind} {timer.origin}" for timer in pending_timers(loop))
+    loop = _loop_of(loop)
+    if loop.is_closed():
+        return []
+    # Counted by origin in the engines, without a snapshot of each timer; named once each.
+    keys: dict[tuple[str, object], int] = {}
+    for engine in engines_of(loop):
+        engine._tally(keys)
+    for _handle, _when, callback, args, traceback in _base_heap(loop):
+        kind, what, task = classify("loop", callback, args)
+        key = (kind, origin_key(what, task, _source_of(traceback)))
+        keys[key] = keys.get(key, 0) + 1
+    namer = _Namer()
+    counts: Counter[tuple[str, str]] = Counter()
+    for (kind, origin), count in keys.items():
+        counts[kind, namer.name(origin)] += count
+    return [(f"{kind} {origin}", n) for (kind, origin), n in counts.most_common(top)]
     return counts.most_common(top)
 
 
@@ -338,10 +327,7 @@ def current_deadline() -> float | None:
         return None
     deadlines = [engine._deadline_for(task) for engine in engines_of(loop)]
     for _handle, when, callback, _args, _traceback in _base_heap(loop):
-        if (
-            getattr(callback, "__func__", None) is _ASYNCIO_ON_TIMEOUT
-            and getattr(getattr(callback, "__self__", None), "_task", None) is task
-        ):
+        if asyncio_timeout_task(callback) is task:
             deadlines.append(when)
     known = [deadline for deadline in deadlines if deadline is not None]
     return min(known) if known else None

@@ -71,6 +71,7 @@ import os
 import sys
 import threading
 import time
+import types
 import warnings
 import weakref
 from collections.abc import Callable, Coroutine
@@ -86,7 +87,18 @@ from ._timeout import Timeout
 from ._validate import Count, Seconds
 from ._wheel import NEVER, Entry, Wheel
 
-__all__ = ["LAG_BUCKETS", "TOO_MANY_TIMERS", "Engine", "WakeAt", "engines_of", "lag_bounds"]
+__all__ = [
+    "LAG_BUCKETS",
+    "TOO_MANY_TIMERS",
+    "Engine",
+    "WakeAt",
+    "asyncio_timeout_task",
+    "classify",
+    "engines_of",
+    "lag_bounds",
+    "origin_key",
+    "track_loop",
+]
 
 # asyncio's C accelerated lookup of the running loop (~25 ns): one identity check against it
 # covers "not started", "closed", "another loop" and "another thread" on the hot path.
@@ -178,9 +190,67 @@ def lag_bounds(index: int) -> tuple[float, float]:
     return (top << (bits - 4)) / 1e6, ((top + 1) << (bits - 4)) / 1e6
 
 
-# asyncio's own Timeout (3.11+): in loop mode its deadline is a wheel TimerHandle whose callback
-# is this method bound to the context manager (Engine._deadline_for finds it).
+# asyncio's own timers, recognised by their callbacks (classify): asyncio.Timeout's (3.11+;
+# wait_for from 3.12) is this method bound to the context manager; asyncio.sleep's and 3.11's
+# wait_for's are these private helpers (None if renamed: then seen as plain calls).
 _ASYNCIO_ON_TIMEOUT: Final[object] = vars(asyncio.Timeout)["_on_timeout"]
+_SET_RESULT: Final[object] = getattr(asyncio.futures, "_set_result_unless_cancelled", None)
+_RELEASE_WAITER: Final[object] = getattr(asyncio.tasks, "_release_waiter", None)
+_MethodType: Final = types.MethodType
+
+
+def _task_awaiting(future: object) -> object:
+    """The task suspended on ``future`` (its wake-up is the future's done callback), or None."""
+    if isinstance(future, asyncio.Task):
+        return future
+    for callback, _context in getattr(future, "_callbacks", None) or ():
+        task = getattr(callback, "__self__", None)
+        if task is not None and hasattr(task, "get_coro"):
+            return task
+    return None
+
+
+def asyncio_timeout_task(callback: object) -> object:
+    """The task an ``asyncio.timeout`` guards, if ``callback`` is its expiry (else None)."""
+    if type(callback) is _MethodType and callback.__func__ is _ASYNCIO_ON_TIMEOUT:
+        # asyncio.Timeout's private `_task`: the task it was entered in.
+        return getattr(callback.__self__, "_task", None)
+    return None
+
+
+def classify(kind: str, what: object, who: object) -> tuple[str, object, object]:
+    """A timer as :func:`aiowheel.pending_timers` shows it: (kind, what names it: a callback or
+    a coroutine, or None; the task it serves, or None). From an entry's ``_describe()``, or
+    ("loop", callback, args) for a handle on the base heap; asyncio's own sleeps and timeouts
+    are recognised by their callbacks (on the wheel their kind says so too)."""
+    if kind == "call" or kind == "loop":
+        if what is _SET_RESULT or what is _RELEASE_WAITER:
+            first = who[0] if isinstance(who, tuple) and who else None
+            if kind == "call":
+                kind = "sleep" if what is _SET_RESULT else "timeout"
+            return kind, None, _task_awaiting(first)
+        task = asyncio_timeout_task(what)
+        if task is not None:
+            return ("timeout" if kind == "call" else kind), None, task
+        return kind, what, None
+    if who is not None and not isinstance(who, tuple):
+        return kind, what, _task_awaiting(who)
+    return kind, what, None
+
+
+def origin_key(what: object, task: object, noted: object) -> object:
+    """What names a timer's origin (one key per origin, for counting): the line that filed it
+    (origin tracking's note), else the code of the coroutine it runs or serves, else its
+    callback."""
+    if noted is not None:
+        line: object = noted[0]  # type: ignore[index]  # (line, task)
+        return line
+    if what is None:
+        if task is None:
+            return None
+        what = task.get_coro()  # type: ignore[attr-defined]
+    code = getattr(what, "cr_code", None)
+    return what if code is None else code
 _warned_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 
@@ -545,35 +615,48 @@ class Engine(Owner):
         task = asyncio.current_task(loop) if loop is not None else None
         origins[entry] = (_debug.filed_at(), task)
 
-    def _entries(self) -> list[tuple[_Timed, tuple[str, object] | None]]:
-        """Every pending timer with where it was filed from (None: not noted)."""
+    def _timers(self) -> list[tuple[_Timed, float, str, object, object, object]]:
+        """Every pending timer: (entry, deadline, kind, what names it, task, where it was
+        filed from or None) (see :func:`classify`)."""
         origins = self._origins
-        out: list[tuple[_Timed, tuple[str, object] | None]] = []
+        out: list[tuple[_Timed, float, str, object, object, object]] = []
         for entry in self._wheel.entries():
             assert isinstance(entry, _Timed)
-            out.append((entry, None if origins is None else origins.get(entry)))
+            kind, what, who = entry._describe()
+            kind, what, task = classify(kind, what, who)
+            noted = None if origins is None else origins.get(entry)
+            out.append((entry, entry._when, kind, what, task, noted))
         return out
+
+    def _tally(self, counts: dict[tuple[str, object], int]) -> None:
+        """Count the pending timers into ``counts`` by (kind, :func:`origin_key`), without a
+        snapshot of each (aiowheel.timer_census)."""
+        origins = self._origins
+        for entry in self._wheel.entries():
+            assert isinstance(entry, _Timed)
+            kind, what, who = entry._describe()
+            kind, what, task = classify(kind, what, who)
+            noted = None if origins is None else origins.get(entry)
+            key = (kind, origin_key(what, task, noted))
+            counts[key] = counts.get(key, 0) + 1
 
     def _deadline_for(self, task: object) -> float | None:
         """The earliest deadline of the timeouts on this wheel that guard ``task``: aiowheel's
         own, and asyncio's (``asyncio.timeout``, ``wait_for`` on 3.12+) filed here by loop
         mode. One pass over the pending timers: nothing is kept for it while nobody asks."""
         earliest: float | None = None
+        guarded: object
         for entry in self._wheel.entries():
-            when: float | None = None
             if isinstance(entry, Timeout):
-                if entry._task is task:
-                    when = entry._when
+                guarded = entry._task
             elif isinstance(entry, TimerHandle):
-                callback = entry._callback
-                # asyncio.Timeout's private `_task`: the task it was entered in.
-                if (
-                    getattr(callback, "__func__", None) is _ASYNCIO_ON_TIMEOUT
-                    and getattr(getattr(callback, "__self__", None), "_task", None) is task
-                ):
-                    when = entry._when
-            if when is not None and (earliest is None or when < earliest):
-                earliest = when
+                guarded = asyncio_timeout_task(entry._callback)
+            else:
+                continue
+            if guarded is task:
+                when = entry._when
+                if earliest is None or when < earliest:
+                    earliest = when
         return earliest
 
     def _record_lag(self, late: float, count: int) -> None:
