@@ -39,6 +39,7 @@ COMPILED_MODULES = (
     "_wheel",
     "_entry",
     "_handles",
+    "_observe",
     "_engine",
     "_loopcalls",
     "_timer",

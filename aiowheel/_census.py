@@ -36,14 +36,8 @@ from types import CodeType
 from typing import Any, Final, NamedTuple
 
 from . import _engine
-from ._engine import (
-    Engine,
-    asyncio_timeout_task,
-    classify,
-    engines_of,
-    lag_bounds,
-    origin_key,
-)
+from ._engine import Engine, engines_of
+from ._observe import asyncio_timeout_task, classify, lag_bounds, origin_key
 
 __all__ = [
     "KINDS",
@@ -290,7 +284,7 @@ def loop_lag(loop: asyncio.AbstractEventLoop | None = None, *, reset: bool = Fal
     largest = 0.0
     since = math.inf
     for engine in engines_of(loop):
-        counts, engine_count, engine_max, engine_since = engine._lag(reset)
+        counts, engine_count, engine_max, engine_since = engine._take_lag(reset)
         if len(counts) > len(histogram):
             histogram.extend([0] * (len(counts) - len(histogram)))
         for index, in_bucket in enumerate(counts):

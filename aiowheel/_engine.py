@@ -71,7 +71,6 @@ import os
 import sys
 import threading
 import time
-import types
 import warnings
 import weakref
 from collections.abc import Callable, Coroutine
@@ -83,22 +82,12 @@ from ._build import mypyc_attr
 from ._entry import Owner, Sleeper, _Timed
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import EMPTY_CONTEXT, Scheduled, TimerHandle
+from ._observe import LagHistogram, asyncio_timeout_task, classify, origin_key
 from ._timeout import Timeout
 from ._validate import Count, Seconds
 from ._wheel import NEVER, Entry, Wheel
 
-__all__ = [
-    "LAG_BUCKETS",
-    "TOO_MANY_TIMERS",
-    "Engine",
-    "WakeAt",
-    "asyncio_timeout_task",
-    "classify",
-    "engines_of",
-    "lag_bounds",
-    "origin_key",
-    "track_loop",
-]
+__all__ = ["TOO_MANY_TIMERS", "Engine", "WakeAt", "engines_of", "track_loop"]
 
 # asyncio's C accelerated lookup of the running loop (~25 ns): one identity check against it
 # covers "not started", "closed", "another loop" and "another thread" on the hot path.
@@ -167,90 +156,6 @@ def track_loop(loop: asyncio.AbstractEventLoop, enabled: bool) -> None:
         engine._track_origins(enabled or engine._debug)
 
 
-# Loop lag (Engine._record_lag): a histogram of how late wheel passes ran, in microseconds,
-# log-linear: exact below 16 us, then 8 buckets per power of two (each at most 12.5% wide).
-LAG_BUCKETS: Final = 8 * 61
-
-
-def _lag_bucket(late: float) -> int:
-    micros = int(late * 1e6) if late > 0.0 else 0
-    if micros < 16:
-        return micros
-    bits = micros.bit_length()
-    index = 8 * (bits - 3) + ((micros >> (bits - 4)) & 7)
-    return index if index < LAG_BUCKETS else LAG_BUCKETS - 1
-
-
-def lag_bounds(index: int) -> tuple[float, float]:
-    """The range of lateness (seconds, low inclusive, high exclusive) of lag bucket ``index``."""
-    if index < 16:
-        return index / 1e6, (index + 1) / 1e6
-    bits = index // 8 + 3
-    top = 8 + index % 8
-    return (top << (bits - 4)) / 1e6, ((top + 1) << (bits - 4)) / 1e6
-
-
-# asyncio's own timers, recognised by their callbacks (classify): asyncio.Timeout's (3.11+;
-# wait_for from 3.12) is this method bound to the context manager; asyncio.sleep's and 3.11's
-# wait_for's are these private helpers (None if renamed: then seen as plain calls).
-_ASYNCIO_ON_TIMEOUT: Final[object] = vars(asyncio.Timeout)["_on_timeout"]
-_SET_RESULT: Final[object] = getattr(asyncio.futures, "_set_result_unless_cancelled", None)
-_RELEASE_WAITER: Final[object] = getattr(asyncio.tasks, "_release_waiter", None)
-_MethodType: Final = types.MethodType
-
-
-def _task_awaiting(future: object) -> object:
-    """The task suspended on ``future`` (its wake-up is the future's done callback), or None."""
-    if isinstance(future, asyncio.Task):
-        return future
-    for callback, _context in getattr(future, "_callbacks", None) or ():
-        task = getattr(callback, "__self__", None)
-        if task is not None and hasattr(task, "get_coro"):
-            return task
-    return None
-
-
-def asyncio_timeout_task(callback: object) -> object:
-    """The task an ``asyncio.timeout`` guards, if ``callback`` is its expiry (else None)."""
-    if type(callback) is _MethodType and callback.__func__ is _ASYNCIO_ON_TIMEOUT:
-        # asyncio.Timeout's private `_task`: the task it was entered in.
-        return getattr(callback.__self__, "_task", None)
-    return None
-
-
-def classify(kind: str, what: object, who: object) -> tuple[str, object, object]:
-    """A timer as :func:`aiowheel.pending_timers` shows it: (kind, what names it: a callback or
-    a coroutine, or None; the task it serves, or None). From an entry's ``_describe()``, or
-    ("loop", callback, args) for a handle on the base heap; asyncio's own sleeps and timeouts
-    are recognised by their callbacks (on the wheel their kind says so too)."""
-    if kind == "call" or kind == "loop":
-        if what is _SET_RESULT or what is _RELEASE_WAITER:
-            first = who[0] if isinstance(who, tuple) and who else None
-            if kind == "call":
-                kind = "sleep" if what is _SET_RESULT else "timeout"
-            return kind, None, _task_awaiting(first)
-        task = asyncio_timeout_task(what)
-        if task is not None:
-            return ("timeout" if kind == "call" else kind), None, task
-        return kind, what, None
-    if who is not None and not isinstance(who, tuple):
-        return kind, what, _task_awaiting(who)
-    return kind, what, None
-
-
-def origin_key(what: object, task: object, noted: object) -> object:
-    """What names a timer's origin (one key per origin, for counting): the line that filed it
-    (origin tracking's note), else the code of the coroutine it runs or serves, else its
-    callback."""
-    if noted is not None:
-        line: object = noted[0]  # type: ignore[index]  # (line, task)
-        return line
-    if what is None:
-        if task is None:
-            return None
-        what = task.get_coro()  # type: ignore[attr-defined]
-    code = getattr(what, "cr_code", None)
-    return what if code is None else code
 _warned_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 
@@ -318,11 +223,7 @@ class Engine(Owner):
         "_fired",
         "_forks",
         "_inverse_tick",
-        "_lag_count",
-        "_lag_counts",
-        "_lag_listener",
-        "_lag_max",
-        "_lag_since",
+        "_lag",
         "_limit",
         "_listing",
         "_loop",
@@ -373,14 +274,8 @@ class Engine(Owner):
         self._cancelled_on_close = 0
         self._wakeups = 0
         self._max_lateness = 0.0
-        # Loop lag: passes that fired timers, by how late they ran (see _record_lag), since
-        # `_lag_since` (loop time). A list of ~500 ints, made on first use.
-        self._lag_counts: list[int] | None = None
-        self._lag_count = 0
-        self._lag_max = 0.0
-        self._lag_since = 0.0
-        # Called with each pass's lag and count too, if set (aiowheel.otel's histogram).
-        self._lag_listener: Callable[[float, int], None] | None = None
+        # Loop lag: how late the passes that fired timers ran (aiowheel._observe).
+        self._lag: Final = LagHistogram(0.0)
         # Where each pending timer was filed from, while origin tracking is on (debug mode or
         # aiowheel.track_origins); None otherwise, and then filing pays one comparison.
         self._origins: dict[_Timed, tuple[str, object]] | None = None
@@ -526,7 +421,7 @@ class Engine(Owner):
         self._debug = loop.get_debug()
         if self._debug or loop in _tracked_loops:
             self._track_origins(True)
-        self._lag_since = self._epoch
+        self._lag.since = self._epoch
         self._thread_id = threading.get_ident()
         listed = _engines.get(loop)
         if listed is None:
@@ -659,32 +554,11 @@ class Engine(Owner):
                     earliest = when
         return earliest
 
-    def _record_lag(self, late: float, count: int) -> None:
-        """A pass ran ``late`` seconds after its earliest timer could first run and fired
-        ``count`` timers: counted ``count`` times (the lag each of them saw)."""
-        counts = self._lag_counts
-        if counts is None:
-            counts = self._lag_counts = [0] * LAG_BUCKETS
-        counts[_lag_bucket(late)] += count
-        self._lag_count += count
-        if late > self._lag_max:
-            self._lag_max = late
-        listener = self._lag_listener
-        if listener is not None:
-            listener(late, count)
-
-    def _lag(self, reset: bool) -> tuple[list[int], int, float, float]:
+    def _take_lag(self, reset: bool) -> tuple[list[int], int, float, float]:
         """The lag histogram, its count, its max and the loop time its window began; a new
-        window begins if ``reset``."""
-        counts = self._lag_counts
-        histogram = list(counts) if counts is not None else []
-        window = (histogram, self._lag_count, self._lag_max, self._lag_since)
-        if reset:
-            self._lag_counts = None
-            self._lag_count = 0
-            self._lag_max = 0.0
-            self._lag_since = self._clock() if self._bound_loop is not None else 0.0
-        return window
+        window begins now if ``reset``."""
+        now = (self._clock() if self._bound_loop is not None else 0.0) if reset else None
+        return self._lag.take(now)
 
     def _shutdown(self, exc: BaseException | None, cause: str | None) -> list[TimerHandle]:
         """Close: cancel the wake-up and the reaper, let go of the loop, and abandon every
@@ -1123,7 +997,7 @@ class Engine(Owner):
             # wheel could first see it) this pass ran. Once per pass, weighted by what fired.
             could_run = self._epoch + first_tick * self._tick
             floor_ = self._pass_floor
-            self._record_lag(now - (could_run if could_run > floor_ else floor_), fired)
+            self._lag.record(now - (could_run if could_run > floor_ else floor_), fired)
         self._pass_floor = self._epoch + now_tick * self._tick
 
 

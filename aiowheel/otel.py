@@ -72,7 +72,7 @@ class Instrumentation:
         if loop is None or self._closed:
             return []
         engines = engines_of(loop)
-        if any(engine._lag_listener is None for engine in engines):
+        if any(engine._lag.listener is None for engine in engines):
             self._listen()  # a Timer bound since
         return engines
 
@@ -81,8 +81,8 @@ class Instrumentation:
         if loop is None:
             return
         for engine in engines_of(loop):
-            if engine._lag_listener is None:
-                engine._lag_listener = self._record
+            if engine._lag.listener is None:
+                engine._lag.listener = self._record
                 self._listened.append(engine)
 
     def _record(self, late: float, count: int) -> None:
@@ -108,8 +108,8 @@ class Instrumentation:
         """Stop recording: the histogram is no longer fed, the gauges report nothing."""
         self._closed = True
         for engine in self._listened:
-            if engine._lag_listener == self._record:
-                engine._lag_listener = None
+            if engine._lag.listener == self._record:
+                engine._lag.listener = None
         self._listened.clear()
 
 
