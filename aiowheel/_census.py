@@ -68,8 +68,8 @@ class PendingTimer(NamedTuple):
     """What it calls when it fires, where it calls something of the program's (None for a
     sleep or a timeout)."""
     origin: str
-    """Who it is for: the callback's or the coroutine's qualified name; with origin tracking
-    on, the line that filed it (``path.py:12 in handler``)."""
+    """The callback's or the coroutine's qualified name (whom the timer is for); with origin
+    tracking on, the line that filed it (``path.py:12 in handler``)."""
     task: asyncio.Task[Any] | None
     """The task it serves or that filed it, where known."""
 
@@ -220,7 +220,6 @@ def timer_census(
     for (kind, origin), count in keys.items():
         counts[kind, namer.name(origin)] += count
     return [(f"{kind} {origin}", n) for (kind, origin), n in counts.most_common(top)]
-    return counts.most_common(top)
 
 
 def track_origins(enabled: bool = True, *, loop: asyncio.AbstractEventLoop | None = None) -> None:

@@ -319,7 +319,11 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
             message = _lingering_message(item.nodeid, left)
             if lingering.mode == "error":
                 pytest.fail(message, pytrace=False)
-            warnings.warn(LingeringTimerWarning(message), stacklevel=1)
+            # Attributed to the test itself, not to this hook.
+            path, line, _ = item.location
+            warnings.warn_explicit(
+                LingeringTimerWarning(message), LingeringTimerWarning, path, (line or 0) + 1
+            )
     return result
 
 

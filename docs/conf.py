@@ -43,7 +43,7 @@ autodoc_default_options = {"members": True, "undoc-members": True}
 # are the engine's own), only the class and its methods.
 NOT_CONSTRUCTED = {
     "aiowheel.TimerHandle", "aiowheel.Timeout", "aiowheel.PeriodicHandle", "aiowheel.Interval",
-    "aiowheel.Watchdog", "aiowheel.TimerStats",
+    "aiowheel.Watchdog", "aiowheel.TimerStats", "aiowheel.otel.Instrumentation",
 }  # fmt: skip
 # Names the autodoc signatures mention that live outside this site (no network for
 # intersphinx here): shown as plain text, not as broken links.
