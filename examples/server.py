@@ -7,7 +7,9 @@
 - ``/ws`` is a websocket that sends ``{"type": "heartbeat"}`` every interval
   (``timer.interval``) and closes a connection whose client stops sending (``timer.watchdog``,
   fed on every message).
-- ``/stats`` shows the timer's counters as JSON.
+- ``/stats`` shows the timer's counters as JSON, with what is pending on the loop by kind and
+  origin (``aiowheel.timer_census``, the ten largest) and the loop's lag
+  (``aiowheel.loop_lag``).
 
 Run it with ``python examples/server.py --host 127.0.0.1 --port 8080`` (Ctrl-C stops it
 cleanly), then e.g. ``curl -i 'http://127.0.0.1:8080/slow?seconds=5'``.
@@ -174,11 +176,22 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
 
 
 async def stats(request: web.Request) -> web.Response:
-    """The timer's counters."""
+    """The timer's counters; what is pending on the loop, by kind and origin (the ten largest
+    counts, as ``[origin, count]`` pairs); and the loop's lag, in seconds, since it began."""
     timer = request.app[TIMER]
-    body = asdict(timer.stats())
+    body: dict[str, Any] = asdict(timer.stats())
     body["timed_out_requests"] = len(request.app[TIMED_OUT])
     body["early_timeouts"] = sum(1 for lateness in request.app[TIMED_OUT] if lateness < 0)
+    # A walk of the pending timers (milliseconds at 10k): for a poll every few seconds.
+    body["census"] = [[origin, count] for origin, count in aiowheel.timer_census(top=10)]
+    lag = aiowheel.loop_lag()
+    body["lag"] = {
+        "p50": lag.p50,
+        "p90": lag.p90,
+        "p99": lag.p99,
+        "max": lag.max,
+        "count": lag.count,
+    }
     return web.json_response(body)
 
 

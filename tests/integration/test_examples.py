@@ -34,15 +34,40 @@ async def serve(config: Config) -> AsyncIterator[tuple[web.Application, str]]:
         await runner.cleanup()
 
 
+def on_idle() -> None:
+    pass
+
+
 async def test_fast_answers_and_stats_parse() -> None:
     async with serve(Config()) as (app, url), aiohttp.ClientSession() as client:
         async with client.get(f"{url}/fast") as response:
             assert response.status == 200
             assert await response.json() == {"ok": True}
-        async with client.get(f"{url}/stats") as response:
-            stats = await response.json()
+        # A timer on the loop, seen by the census on every loop (on the loop's shared Timer).
+        handle = aiowheel.get_timer().call_later(60, on_idle)
+        try:
+            async with client.get(f"{url}/stats") as response:
+                stats = await response.json()
+        finally:
+            handle.cancel()
         assert set(stats) >= {"pending", "fired", "cancelled", "wakeups", "max_lateness"}
         assert app[TIMER] is aiowheel.get_timer()
+        # The census: at most ten [origin, count] pairs, most first.
+        census = stats["census"]
+        assert isinstance(census, list) and 1 <= len(census) <= 10
+        for pair in census:
+            assert isinstance(pair, list) and len(pair) == 2
+            origin, count = pair
+            assert isinstance(origin, str) and type(count) is int and count >= 1
+        counts = [count for _, count in census]
+        assert counts == sorted(counts, reverse=True)
+        assert ["call on_idle", 1] in census
+        # The loop's lag: percentiles and max in seconds, and how many timers fired.
+        lag = stats["lag"]
+        assert set(lag) == {"p50", "p90", "p99", "max", "count"}
+        assert type(lag["count"]) is int and lag["count"] >= 0
+        assert all(isinstance(lag[key], float) for key in ("p50", "p90", "p99", "max"))
+        assert 0.0 <= lag["p50"] <= lag["p90"] <= lag["p99"] <= lag["max"]
 
 
 async def test_overrunning_handler_gets_504_at_the_deadline_and_is_cancelled() -> None:
