@@ -20,8 +20,9 @@ time the caller left. Everything here is read when asked and costs nothing other
   no bookkeeping on the paths that enter and leave timeouts (their benchmarks do not move), at
   a cost proportional to what is pending when it is asked (measured on the performance page).
 
-Pure Python in both builds: nothing here is on a hot path. The one scan that may be asked
-often, of the timeouts guarding a task, runs in the engine (compiled where the engine is).
+Pure Python in both builds: nothing here is on a hot path. What runs once per pending timer
+(classifying it, counting it for the census, checking it for the timeouts guarding a task) runs
+in the engine and :mod:`aiowheel._observe`, compiled where they are.
 """
 
 from __future__ import annotations
