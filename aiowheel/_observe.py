@@ -102,7 +102,7 @@ class LagHistogram:
 # -- what a timer is -------------------------------------------------------------------------------
 
 # asyncio's private helpers behind its own timers (None if renamed: then seen as plain calls).
-_ASYNCIO_ON_TIMEOUT: Final[object] = vars(asyncio.Timeout)["_on_timeout"]
+_ASYNCIO_ON_TIMEOUT: Final[object] = vars(asyncio.Timeout).get("_on_timeout")
 _SET_RESULT: Final[object] = getattr(asyncio.futures, "_set_result_unless_cancelled", None)
 _RELEASE_WAITER: Final[object] = getattr(asyncio.tasks, "_release_waiter", None)
 _MethodType: Final = types.MethodType
