@@ -29,7 +29,8 @@ want every one on the wheel.
 Lingering timers. ``--aiowheel-lingering error`` (or ``warn``) fails (or warns about) each
 test that leaves a timer pending on its loop-mode loop once its fixtures are torn down, naming
 each timer's kind and the line that filed it (origin tracking is on for those loops); a loop
-shared by several tests reports to each test only the timers it left. ``asyncio.run``, a
+shared by several tests reports to each test only the timers it left (what a wider fixture
+filed while the test was set up is the fixture's). ``asyncio.run``, a
 test runner or a fixture that cancels the test's tasks takes their sleeps and timeouts with
 them: what lingers is a timer nothing will cancel (a ``call_later``, a heartbeat).
 
@@ -247,14 +248,21 @@ class LingeringTimerWarning(pytest.PytestWarning):
 
 class _Lingering:
     """The lingering-timer check: watches every loop-mode loop made during the run, notes
-    what each holds when a test starts, and what the test left when its teardown is done (on
-    a loop closed meanwhile: what it held as it closed)."""
+    what each holds when a test starts, and what the test left when its teardown is done.
+
+    A loop closed meanwhile (the test's own) answers with what it held as it closed: all of it
+    is the test's. A loop that outlives the test is shared with fixtures of a wider scope,
+    which may file timers while this test is set up and keep them for the next tests (a
+    module's server and its heartbeats): there what was pending once the test's fixtures
+    were set up is taken as theirs, and only what the test's call and teardown left counts.
+    """
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
         self._live: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
-        self._before: dict[asyncio.AbstractEventLoop, set[int]] = {}
-        self._keep: list[object] = []  # the objects behind _before's ids, kept alive
+        self._before: dict[asyncio.AbstractEventLoop, set[int]] = {}  # as set-up began
+        self._set_up: dict[asyncio.AbstractEventLoop, set[int]] = {}  # as the call began
+        self._keep: list[object] = []  # the objects behind those ids, kept alive
         self._left: list[PendingTimer] = []
         self.unwatch = watch_loops(self._watch)
 
@@ -264,29 +272,39 @@ class _Lingering:
             _engine.track_loop(loop, True)  # name each timer by the line that filed it
         else:
             self._live.discard(loop)
-            self._left.extend(self._new(loop))
+            self._left.extend(self._new(loop, self._before))
 
-    def _new(self, loop: asyncio.AbstractEventLoop) -> list[PendingTimer]:
-        before = self._before.get(loop, set())
-        return [timer for obj, timer in pending(loop) if id(obj) not in before]
+    def _new(
+        self, loop: asyncio.AbstractEventLoop, *notes: dict[Any, set[int]]
+    ) -> list[PendingTimer]:
+        known = set().union(*(note.get(loop, set()) for note in notes))
+        return [timer for obj, timer in pending(loop) if id(obj) not in known]
 
-    def begin(self) -> None:
-        """A test is about to be set up: note what every live loop holds."""
-        self._left = []
-        self._before = {}
-        self._keep = []
+    def _note(self) -> dict[asyncio.AbstractEventLoop, set[int]]:
+        """What every live loop holds now."""
+        held = {}
         for loop in list(self._live):
             objects = [obj for obj, _ in pending(loop)]
             self._keep.extend(objects)
-            self._before[loop] = {id(obj) for obj in objects}
+            held[loop] = {id(obj) for obj in objects}
+        return held
+
+    def begin(self) -> None:
+        """A test is about to be set up."""
+        self._left, self._keep, self._set_up = [], [], {}
+        self._before = self._note()
+
+    def set_up(self) -> None:
+        """The test's fixtures are set up; its call begins."""
+        self._set_up = self._note()
 
     def end(self) -> list[PendingTimer]:
         """The test is torn down: the timers it left."""
         left = self._left
         for loop in list(self._live):
             if not loop.is_closed():
-                left.extend(self._new(loop))
-        self._left, self._before, self._keep = [], {}, []
+                left.extend(self._new(loop, self._before, self._set_up))
+        self._left, self._before, self._set_up, self._keep = [], {}, {}, []
         return sorted(left, key=lambda timer: timer.when)
 
 
@@ -427,7 +445,11 @@ def _base_name(factory: LoopFactory) -> str:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """Count where each async test runs; under ``--aiowheel-strict``, fail one left off."""
+    """Count where each async test runs; under ``--aiowheel-strict``, fail one left off;
+    under ``--aiowheel-lingering``, note what the loops hold once the test is set up."""
+    lingering = item.config.stash.get(_lingering, None)
+    if lingering is not None:
+        lingering.set_up()
     where = _where(item)
     if where is not None:
         kind, why, virtual = where

@@ -632,3 +632,52 @@ def test_an_unknown_lingering_mode_is_a_usage_error(tmp_path: Path) -> None:
     assert proc.returncode == 4
     line = next(line for line in proc.stderr.splitlines() if "--aiowheel-lingering" in line)
     assert line.replace("'", "").endswith("invalid choice: fail (choose from off, warn, error)")
+
+
+MODULE_FIXTURE = textwrap.dedent(
+    """
+    import asyncio
+
+    import pytest
+    import pytest_asyncio
+
+    import aiowheel
+
+
+    def on_idle():
+        pass
+
+
+    # A module's server, say: its heartbeat is filed while the first test is set up and kept
+    # for every test of the module, on the module's loop.
+    @pytest_asyncio.fixture(scope="module", loop_scope="module")
+    async def server():
+        beat = aiowheel.get_timer().every(30, on_idle)
+        yield beat
+        beat.cancel()
+
+
+    @pytest.mark.asyncio(loop_scope="module")
+    async def test_first(server):
+        pass
+
+
+    @pytest.mark.asyncio(loop_scope="module")
+    async def test_leaves_a_call(server):
+        asyncio.get_running_loop().call_later(100, on_idle)
+
+
+    @pytest.mark.asyncio(loop_scope="module")
+    async def test_last(server):
+        pass
+    """
+)
+
+
+def test_lingering_leaves_a_wider_fixtures_timers_to_it(tmp_path: Path) -> None:
+    proc, _ = run_shape(tmp_path, clock_shape(MODULE_FIXTURE), "-p", "aiowheel.pytest",
+                        "--aiowheel-lingering", "error")  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "3 passed, 1 error" in proc.stdout, proc.stdout
+    assert "ERROR test_a.py::test_leaves_a_call" in proc.stdout
+    assert "heartbeat" not in proc.stdout  # the module fixture's, kept for its tests
