@@ -127,7 +127,7 @@ class _Listing:
     keeps an engine, or through it its loop, alive."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+        self.engine: Engine | None = engine
 
 
 # The engines bound to each loop (aiowheel.pending_timers and friends read them; the
@@ -142,7 +142,9 @@ _tracked_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 def engines_of(loop: asyncio.AbstractEventLoop) -> list[Engine]:
     """The open engines bound to ``loop``, in no set order."""
     listed = _engines.get(loop)
-    return [] if listed is None else [listing.engine for listing in listed]
+    if listed is None:
+        return []
+    return [engine for listing in listed if (engine := listing.engine) is not None]
 
 
 def track_loop(loop: asyncio.AbstractEventLoop, enabled: bool) -> None:
@@ -575,6 +577,10 @@ class Engine(Owner):
             listed = _engines.get(loop)
             if listed is not None:
                 listed.discard(self._listing)
+        # And out of the cycle it made with its listing: a closed engine is freed with its
+        # loop in one collection, as it was before it was listed (3.13's collector otherwise
+        # kept the pair for a second one).
+        self._listing.engine = None
         self._origins = None
         if self._wake_handle is not None:
             self._wake_handle.cancel()
