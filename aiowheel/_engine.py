@@ -512,28 +512,29 @@ class Engine(Owner):
         task = asyncio.current_task(loop) if loop is not None else None
         origins[entry] = (_debug.filed_at(), task)
 
+    def _classified(self, entry: Entry) -> tuple[_Timed, str, object, object, object]:
+        """A pending timer as :func:`classify` sees it: (entry, kind, what names it, task,
+        where it was filed from or None)."""
+        assert isinstance(entry, _Timed)
+        kind, what, who = entry._describe()
+        kind, what, task = classify(kind, what, who)
+        origins = self._origins
+        return entry, kind, what, task, None if origins is None else origins.get(entry)
+
     def _timers(self) -> list[tuple[_Timed, float, str, object, object, object]]:
         """Every pending timer: (entry, deadline, kind, what names it, task, where it was
-        filed from or None) (see :func:`classify`)."""
-        origins = self._origins
+        filed from or None)."""
         out: list[tuple[_Timed, float, str, object, object, object]] = []
-        for entry in self._wheel.entries():
-            assert isinstance(entry, _Timed)
-            kind, what, who = entry._describe()
-            kind, what, task = classify(kind, what, who)
-            noted = None if origins is None else origins.get(entry)
+        for pending in self._wheel.entries():
+            entry, kind, what, task, noted = self._classified(pending)
             out.append((entry, entry._when, kind, what, task, noted))
         return out
 
     def _tally(self, counts: dict[tuple[str, object], int]) -> None:
         """Count the pending timers into ``counts`` by (kind, :func:`origin_key`), without a
         snapshot of each (aiowheel.timer_census)."""
-        origins = self._origins
-        for entry in self._wheel.entries():
-            assert isinstance(entry, _Timed)
-            kind, what, who = entry._describe()
-            kind, what, task = classify(kind, what, who)
-            noted = None if origins is None else origins.get(entry)
+        for pending in self._wheel.entries():
+            _, kind, what, task, noted = self._classified(pending)
             key = (kind, origin_key(what, task, noted))
             counts[key] = counts.get(key, 0) + 1
 
