@@ -2,7 +2,10 @@
 
 Everything about the package lives in pyproject.toml; this file only adds the compiled build.
 The compiled modules are the same ``.py`` sources (mypyc reads their type annotations), so there
-is one implementation. The build falls back to the pure-Python package, with one printed line and
+is one implementation, plus the native core ``aiowheel/_core.c`` (the callback handles, their
+wheel and loop mode's ``call_at`` / ``call_later``; its reference is the pure-Python code, see
+``aiowheel/_core.c``). It needs nothing beyond a C compiler and Python's headers: no Cython.
+``AIOWHEEL_ASAN=1`` builds the native core with AddressSanitizer (CI's memory-safety run). The build falls back to the pure-Python package, with one printed line and
 a successful install, when:
 
 - ``AIOWHEEL_NO_EXTENSIONS`` is set to a non-empty value other than ``0``;
@@ -68,7 +71,24 @@ def _ext_modules() -> list[Any]:
     try:
         from mypyc.build import mypycify
 
+        from setuptools import Extension
+
         extensions = mypycify(_compiled_modules(), opt_level="3", group_name="aiowheel._mypyc")
+        # Exact IEEE arithmetic, as in Python (no fused multiply-add: a tick must be computed
+        # exactly as aiowheel._engine computes it).
+        core_flags = ["-O3", "-ffp-contract=off"] if os.name != "nt" else []
+        core_link: list[str] = []
+        if os.environ.get("AIOWHEEL_ASAN", "") not in ("", "0"):
+            core_flags += ["-fsanitize=address", "-fno-omit-frame-pointer", "-O1", "-g"]
+            core_link += ["-fsanitize=address"]
+        extensions.append(
+            Extension(
+                "aiowheel._core",
+                ["aiowheel/_core.c"],
+                extra_compile_args=core_flags,
+                extra_link_args=core_link,
+            )
+        )
         if sys.platform.startswith("linux"):  # an ELF notion: gcc and clang on Linux
             # Every module of the group is one C file, and its functions call one another
             # (Timer.call_later -> Engine._call -> Wheel.insert). Without this flag each such

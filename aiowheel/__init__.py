@@ -6,10 +6,12 @@ program on the wheel: ``aiowheel.run(main())``.
 
 Two builds of the same sources: where the install could compile them (mypyc), the hot modules
 run as C extensions; elsewhere, or with ``AIOWHEEL_NO_EXTENSIONS=1`` in the environment when
-aiowheel is first imported, the pure-Python modules run. :data:`COMPILED` says which.
+aiowheel is first imported, the pure-Python modules run. :data:`COMPILED` says which; the
+compiled build also has a native core written in C (:data:`NATIVE`).
 """
 
 import os as _os
+from typing import TYPE_CHECKING
 
 from ._build import COMPILED_MODULES as _COMPILED_MODULES
 from ._build import prefer_sources as _prefer_sources
@@ -38,8 +40,8 @@ from ._default import (
     timeout_at,
     wait_for,
 )
+from ._engine import native as _native
 from ._errors import PendingLimitError, TimerClosedError
-from ._handles import TimerHandle
 from ._loop import LoopConfig, LoopFactory, config_of, loop_factory, new_event_loop, run, timer_of
 from ._periodic import Interval, PeriodicHandle, Watchdog
 from ._timeout import Timeout
@@ -48,12 +50,26 @@ from ._timer import Timer, TimerStats
 COMPILED: bool = _is_compiled(__name__, _COMPILED_MODULES)
 """True if the compiled (mypyc) build of aiowheel's hot modules is running."""
 
+NATIVE: bool = _native is not None
+"""True if the native core (C: the callback handles, their wheel and loop mode's
+``call_at`` / ``call_later``) runs: the compiled build has it, the pure-Python one does not."""
+
+if TYPE_CHECKING:
+    from ._handles import TimerHandle
+else:  # the class the running build's handles are (the same API)
+    from ._handles import TimerHandle
+
+    if _native is not None:
+        TimerHandle = _native.TimerHandle
+del TYPE_CHECKING
+
 __all__ = [
     "COMPILED",
     "Interval",
     "LoopConfig",
     "LoopFactory",
     "LoopLag",
+    "NATIVE",
     "PendingLimitError",
     "PendingTimer",
     "PeriodicHandle",

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["COMPILED_MODULES", "is_compiled", "mypyc_attr", "prefer_sources"]
+__all__ = ["COMPILED_MODULES", "is_compiled", "mypyc_attr", "prefer_sources", "sources_preferred"]
 
 if TYPE_CHECKING:
     from mypy_extensions import mypyc_attr
@@ -74,12 +74,18 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
         return None
 
 
-def prefer_sources(package: str, path: Sequence[str]) -> None:
-    """Make ``package``'s modules load from their ``.py`` sources from now on."""
-    if not any(
+def sources_preferred(package: str) -> bool:
+    """True if ``package``'s modules load from their ``.py`` sources (:func:`prefer_sources`):
+    then no extension of the package may be used, the native core (``_core``) included."""
+    return any(
         isinstance(finder, _SourceFinder) and finder._prefix == package + "."
         for finder in sys.meta_path
-    ):
+    )
+
+
+def prefer_sources(package: str, path: Sequence[str]) -> None:
+    """Make ``package``'s modules load from their ``.py`` sources from now on."""
+    if not sources_preferred(package):
         sys.meta_path.insert(0, _SourceFinder(package, path))
 
 

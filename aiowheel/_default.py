@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-from ._handles import TimerHandle
+from ._handles import Handle
 from ._loop import timer_of
 from ._timeout import Timeout
 from ._timer import Timer
@@ -110,7 +110,7 @@ def call_later(
     callback: Callable[..., object],
     *args: object,
     context: contextvars.Context | None = None,
-) -> TimerHandle:
+) -> Handle:
     """``loop.call_later`` on the default timer."""
     return get_timer().call_later(delay, callback, *args, context=context)
 
@@ -120,6 +120,6 @@ def call_at(
     callback: Callable[..., object],
     *args: object,
     context: contextvars.Context | None = None,
-) -> TimerHandle:
+) -> Handle:
     """``loop.call_at`` on the default timer."""
     return get_timer().call_at(when, callback, *args, context=context)

@@ -77,11 +77,11 @@ from collections.abc import Callable, Coroutine
 from math import ceil, floor, inf
 from typing import Any, Final, Protocol
 
-from . import _awaiting, _debug, _validate
+from . import _awaiting, _build, _debug, _validate
 from ._build import mypyc_attr
 from ._entry import Owner, Sleeper, _Timed
 from ._errors import PendingLimitError, TimerClosedError
-from ._handles import EMPTY_CONTEXT, Scheduled, TimerHandle
+from ._handles import EMPTY_CONTEXT, Handle, Scheduled, TimerHandle, callback_repr
 from ._observe import LagHistogram, asyncio_timeout_task, classify, origin_key
 from ._timeout import Timeout
 from ._validate import Count, Seconds
@@ -118,6 +118,24 @@ _TICK_EPSILON: Final = 1e-6
 
 # Past this many live engines (Timers) on one loop, warn once (Netty's too-many-instances lesson).
 TOO_MANY_TIMERS: Final = 64
+
+
+def _load_native() -> Any:
+    """The native core (aiowheel/_core.c) if this is the compiled build and it was built with
+    it; None for the pure-Python build (the executable reference) or without a compiler."""
+    if _build.sources_preferred("aiowheel"):
+        return None  # the pure-Python build runs: all of it, the core's reference included
+    try:
+        from . import _core  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:  # pragma: no cover - setup.py builds it with the mypyc modules
+        return None
+    _core.setup(callback_repr, EMPTY_CONTEXT, asyncio.get_running_loop)
+    return _core
+
+
+# The native core module, or None. Engines made while it is None keep their callback handles in
+# the (compiled or pure) wheel: tests set it to None to compare both.
+native: Any = _load_native()
 
 
 @mypyc_attr(native_class=False)
@@ -219,6 +237,7 @@ class Engine(Owner):
         "_clock",
         "_closed",
         "_closing_cause",
+        "_core",
         "_debug",
         "_driven",
         "_epoch",
@@ -230,6 +249,7 @@ class Engine(Owner):
         "_listing",
         "_loop",
         "_max_lateness",
+        "_native_ready",
         "_origins",
         "_pass_floor",
         "_ready",
@@ -280,7 +300,7 @@ class Engine(Owner):
         self._lag: Final = LagHistogram(0.0)
         # Where each pending timer was filed from, while origin tracking is on (debug mode or
         # aiowheel.track_origins); None otherwise, and then filing pays one comparison.
-        self._origins: dict[_Timed, tuple[str, object]] | None = None
+        self._origins: dict[object, tuple[str, object]] | None = None
         self._listing = _Listing(self)
         # The start of the first tick the last reaper pass left unprocessed: a timer due
         # before it cannot have been pending then, so it was filed later, already due.
@@ -296,6 +316,11 @@ class Engine(Owner):
         # this thread (see _GETPID_IN_RUNNING_LOOP); None otherwise.
         self._asyncio_loop: Any = None
         self._forks = 0  # _FORKS.count when _asyncio_loop was set
+        # The native core (aiowheel/_core.c), which holds this engine's callback handles in
+        # the compiled build; None otherwise (the module docstring, "Native core").
+        self._core: Any = None
+        # The due handles of the core this pass found (a list), run with the engine's own batch.
+        self._native_ready: Any = None
 
     # -- the loop check, binding, the reaper's life ----------------------------------------------
 
@@ -329,7 +354,10 @@ class Engine(Owner):
             return running
         if running is not self._bound_loop:
             raise RuntimeError(f"Timer is bound to a different event loop ({self._bound_loop!r})")
-        self._thread_id = threading.get_ident()  # a loop may be run from another thread later
+        thread_id = threading.get_ident()  # a loop may be run from another thread later
+        if thread_id != self._thread_id:
+            self._thread_id = thread_id
+            self._sync_core()
         return running
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
@@ -425,6 +453,15 @@ class Engine(Owner):
             self._track_origins(True)
         self._lag.since = self._epoch
         self._thread_id = threading.get_ident()
+        if native is not None:
+            self._core = native.Core(
+                self._arm,
+                self._tick,
+                self._slots,
+                self._epoch,
+                None if self._clock is time.monotonic else self._clock,
+            )
+            self._sync_core()
         listed = _engines.get(loop)
         if listed is None:
             listed = _engines[loop] = weakref.WeakSet()
@@ -456,6 +493,25 @@ class Engine(Owner):
         self._use_thread_check(loop)
         self._driven = True
 
+    def _native_front(
+        self,
+        threshold: float,
+        near_pad: float,
+        near_call_at: Callable[..., object],
+        near_call_later: Callable[..., object],
+        slow_call_at: Callable[..., object],
+        slow_call_later: Callable[..., object],
+    ) -> tuple[Callable[..., object], Callable[..., object]] | None:
+        """Loop mode's ``call_at`` / ``call_later`` in the native core, routing as
+        :class:`~aiowheel._loopcalls.LoopCalls` does (whose methods are the slow path it hands
+        every other call to); None without a core."""
+        core = self._core
+        if core is None:
+            return None
+        core.route(threshold, near_pad, near_call_at, near_call_later, slow_call_at, slow_call_later)
+        self._sync_core()
+        return core.call_at, core.call_later
+
     def _use_clock(self, clock: Callable[[], float], wake_at: WakeAt) -> None:
         """Read time from ``clock`` and file the wake-up with ``wake_at`` from now on (loop
         mode: a loop whose ``time`` was replaced, or a virtual clock; see aiowheel._loop).
@@ -480,6 +536,10 @@ class Engine(Owner):
         for entry in entries:
             assert isinstance(entry, _Timed)
             wheel.insert(entry, self._tick_for(entry._when))
+        core = self._core
+        if core is not None:
+            core.set_clock(None if clock is time.monotonic else clock)
+            core.rebase(self._epoch)
         if self._armed != _REAPER_AWAKE:  # else the pass under way re-arms when it ends
             self._arm()
 
@@ -489,6 +549,22 @@ class Engine(Owner):
         self._debug = enabled
         loop = self._bound_loop
         self._track_origins(enabled or (loop is not None and loop in _tracked_loops))
+        self._sync_core()
+
+    def _sync_core(self) -> None:
+        """Tell the native core what decides its fast lane (loop mode's call_at / call_later
+        file there directly unless the engine is closed, in debug mode, noting origins, or
+        counting against max_pending) and whose thread may cancel in debug mode."""
+        core = self._core
+        if core is not None:
+            core.update(
+                not self._closed
+                and not self._debug
+                and self._origins is None
+                and self._limit == sys.maxsize,
+                self._debug,
+                self._thread_id,
+            )
 
     # -- seeing every timer (aiowheel._census): read only when asked ----------------------------
 
@@ -498,15 +574,16 @@ class Engine(Owner):
             self._origins = None
         elif self._origins is None:
             self._origins = {}
+        self._sync_core()
 
-    def _note_origin(self, entry: _Timed, origins: dict[_Timed, tuple[str, object]]) -> None:
+    def _note_origin(self, entry: object, origins: dict[object, tuple[str, object]]) -> None:
         """Note where ``entry`` is filed from, the first time it is filed (origin tracking)."""
         if entry in origins:
             return
         if len(origins) > 2 * self._wheel._count + 1024:
             # Timers that left the wheel are forgotten here, not on the paths they leave by
             # (which then cost nothing more with tracking on): at most half the notes are stale.
-            for stale in [noted for noted in origins if not noted.pending()]:
+            for stale in [noted for noted in origins if not _pending(noted)]:
                 del origins[stale]
         loop = self._bound_loop
         task = asyncio.current_task(loop) if loop is not None else None
@@ -521,13 +598,29 @@ class Engine(Owner):
         origins = self._origins
         return entry, kind, what, task, None if origins is None else origins.get(entry)
 
-    def _timers(self) -> list[tuple[_Timed, float, str, object, object, object]]:
+    def _native_entries(self) -> list[Any]:
+        """The core's pending handles (none without a core)."""
+        core = self._core
+        return [] if core is None else core.entries()
+
+    def _classified_handle(self, handle: Any) -> tuple[str, object, object, object]:
+        """A pending handle of the core as :func:`classify` sees it: (kind, what names it,
+        task, where it was filed from or None)."""
+        kind, what, who = handle._describe()
+        kind, what, task = classify(kind, what, who)
+        origins = self._origins
+        return kind, what, task, None if origins is None else origins.get(handle)
+
+    def _timers(self) -> list[tuple[object, float, str, object, object, object]]:
         """Every pending timer: (entry, deadline, kind, what names it, task, where it was
         filed from or None)."""
-        out: list[tuple[_Timed, float, str, object, object, object]] = []
+        out: list[tuple[object, float, str, object, object, object]] = []
         for pending in self._wheel.entries():
             entry, kind, what, task, noted = self._classified(pending)
             out.append((entry, entry._when, kind, what, task, noted))
+        for handle in self._native_entries():
+            kind, what, task, noted = self._classified_handle(handle)
+            out.append((handle, handle._when, kind, what, task, noted))
         return out
 
     def _tally(self, counts: dict[tuple[str, object], int]) -> None:
@@ -535,6 +628,10 @@ class Engine(Owner):
         snapshot of each (aiowheel.timer_census)."""
         for pending in self._wheel.entries():
             _, kind, what, task, noted = self._classified(pending)
+            key = (kind, origin_key(what, task, noted))
+            counts[key] = counts.get(key, 0) + 1
+        for handle in self._native_entries():
+            kind, what, task, noted = self._classified_handle(handle)
             key = (kind, origin_key(what, task, noted))
             counts[key] = counts.get(key, 0) + 1
 
@@ -555,6 +652,11 @@ class Engine(Owner):
                 when = entry._when
                 if earliest is None or when < earliest:
                     earliest = when
+        for handle in self._native_entries():
+            if asyncio_timeout_task(handle._callback) is task:
+                when = handle._when
+                if earliest is None or when < earliest:
+                    earliest = when
         return earliest
 
     def _take_lag(self, reset: bool) -> tuple[list[int], int, float, float]:
@@ -563,7 +665,7 @@ class Engine(Owner):
         now = (self._clock() if self._bound_loop is not None else 0.0) if reset else None
         return self._lag.take(now)
 
-    def _shutdown(self, exc: BaseException | None, cause: str | None) -> list[TimerHandle]:
+    def _shutdown(self, exc: BaseException | None, cause: str | None) -> list[Handle]:
         """Close: cancel the wake-up and the reaper, let go of the loop, and abandon every
         pending entry (failing it with ``exc``, or cancelling it); the unfired handles."""
         if self._closed:
@@ -595,7 +697,14 @@ class Engine(Owner):
         self._waiter = None
         self._bound_loop = None
         self._clock = time.monotonic
-        unfired: list[TimerHandle] = []
+        unfired: list[Handle] = []
+        core = self._core
+        if core is not None:
+            # Out of the fast lane, drained, and no longer holding this engine.
+            for handle in core.close():
+                handle._abandon(exc)
+                unfired.append(handle)
+            self._cancelled_on_close += len(unfired)
         entries = self._wheel.drain()
         self._cancelled_on_close += len(entries)
         for entry in entries:
@@ -605,7 +714,7 @@ class Engine(Owner):
                 unfired.append(entry)
         return unfired
 
-    def _close_for_waiting(self) -> tuple[list[TimerHandle], asyncio.Task[None] | None]:
+    def _close_for_waiting(self) -> tuple[list[Handle], asyncio.Task[None] | None]:
         """Close (as ``Timer.close``) and return the unfired handles with the reaper task
         that ``aclose`` then waits for (None: no task, or it is the caller)."""
         reaper = self._reaper
@@ -618,18 +727,20 @@ class Engine(Owner):
 
     def _pending(self) -> int:
         """The exact number of pending timers."""
-        return len(self._wheel)
+        core = self._core
+        return len(self._wheel) + (0 if core is None else len(core))
 
     def _counters(self) -> tuple[int, int, int, int, float, int]:
         """pending, fired, cancelled, wake-ups, max lateness, queued buckets."""
         wheel = self._wheel
+        core = self._core
         return (
-            len(wheel),
+            self._pending(),
             self._fired,
-            wheel.removed + self._cancelled_on_close,
+            wheel.removed + self._cancelled_on_close + (0 if core is None else core.removed),
             self._wakeups,
             self._max_lateness,
-            wheel.queued,
+            wheel.queued + (0 if core is None else core.queued),
         )
 
     # -- filing: every timer enters the wheel through _insert ------------------------------------
@@ -775,7 +886,7 @@ class Engine(Owner):
         callback: Callable[..., object],
         args: tuple[object, ...],
         context: contextvars.Context | None,
-    ) -> TimerHandle:
+    ) -> Handle:
         """call_at's hot path, once the loop is checked: refuse a non-callable, then file."""
         if not _callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
@@ -787,11 +898,23 @@ class Engine(Owner):
         callback: Callable[..., object],
         args: tuple[object, ...],
         context: contextvars.Context | None,
-    ) -> TimerHandle:
+    ) -> Handle:
         """File ``callback(*args)`` for ``when``; ``callback`` is known to be callable (loop
         mode checks that itself, to choose its path, so the check is not made twice)."""
         if self._debug:
             _check_not_coroutine_function(callback)
+        core = self._core
+        if core is not None:
+            # The native core holds every callback handle of the compiled build.
+            if self._limit != sys.maxsize:
+                self._admit(when)  # NaN, then the limit, against the two wheels' count
+                if self._pending() >= self._limit:
+                    raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
+            handle: Handle = core.file(when, callback, args, context)
+            origins = self._origins
+            if origins is not None:
+                self._note_origin(handle, origins)
+            return handle
         tick = self._admit(when)
         if context is None:
             context = _copy_context()
@@ -858,14 +981,19 @@ class Engine(Owner):
         loop = self._loop
         assert loop is not None
         expiration = self._wheel.next_expiration()
+        core = self._core
+        if core is not None:
+            theirs: int | None = core.next_expiration()
+            if theirs is not None and (expiration is None or theirs < expiration):
+                expiration = theirs
         handle = self._wake_handle
         if handle is not None:
             handle.cancel()
             self._wake_handle = None
         if expiration is None:
-            self._armed = NEVER
+            self._set_armed(NEVER)
             return
-        self._armed = expiration
+        self._set_armed(expiration)
         when = self._epoch + expiration * self._tick
         wake_at = self._wake_at
         if wake_at is None:
@@ -875,9 +1003,17 @@ class Engine(Owner):
         else:
             self._wake_handle = wake_at(when, self._wake)
 
+    def _set_armed(self, expiration: int) -> None:
+        """The expiration the wake-up is armed for (or _REAPER_AWAKE), told to the core too:
+        a core that queues an earlier bucket calls :meth:`_arm`."""
+        self._armed = expiration
+        core = self._core
+        if core is not None:
+            core.set_armed(expiration)
+
     def _wake(self) -> None:
         self._wake_handle = None
-        self._armed = _REAPER_AWAKE
+        self._set_armed(_REAPER_AWAKE)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -895,7 +1031,7 @@ class Engine(Owner):
     def _reap_due(self) -> None:
         """The reaper task woke: advance the wheel to now and dispatch every due entry."""
         self._advance()
-        if self._ready:
+        if self._ready or self._native_ready is not None:
             self._dispatch_ready(inline=False)
 
     def _drive(self) -> None:
@@ -912,7 +1048,7 @@ class Engine(Owner):
             self._advance()
         finally:
             self._arm()
-        if self._ready:
+        if self._ready or self._native_ready is not None:
             self._dispatch_ready(inline=True)
 
     def _queue(self, entry: _Timed) -> None:
@@ -936,8 +1072,30 @@ class Engine(Owner):
         """
         batch = self._ready
         self._ready = []
+        native_batch = self._native_ready
+        self._native_ready = None
         loop = self._bound_loop
         assert loop is not None
+        if native_batch is not None:
+            if batch:
+                # Both wheels had callbacks due: one batch, in deadline order.
+                merged = _merged(batch, native_batch)
+                if self._debug:
+                    for due in merged:
+                        loop.call_soon(_debug.DueCallback(due))
+                elif inline:
+                    _run_mixed(merged)
+                else:
+                    loop.call_soon(_run_mixed, merged)
+                return
+            if self._debug:
+                for due in native_batch:
+                    loop.call_soon(_debug.DueCallback(due))
+            elif inline:
+                self._core.run(native_batch)
+            else:
+                loop.call_soon(self._core.run, native_batch)
+            return
         if self._debug:
             for handle in batch:
                 loop.call_soon(_debug.DueCallback(handle))
@@ -952,9 +1110,12 @@ class Engine(Owner):
         assert loop is not None
         wheel = self._wheel
         self._waiter = None
-        self._armed = _REAPER_AWAKE
+        self._set_armed(_REAPER_AWAKE)
         self._wakeups += 1
-        self._debug = loop.get_debug()
+        debug = loop.get_debug()
+        if debug != self._debug:
+            self._debug = debug
+            self._sync_core()
         now = self._clock()  # loop.time(), read the way the engine reads it everywhere
         # The epsilon absorbs float error at tick boundaries (a reading of 10.9999999 ticks
         # on a clock that says "tick 11 has begun"); without it uvloop, whose clock moves in
@@ -996,6 +1157,16 @@ class Engine(Owner):
                 loop.call_exception_handler(
                     {"message": f"aiowheel: error firing {entry!r}", "exception": exc}
                 )
+        core = self._core
+        if core is not None:
+            native_batch, native_fired, native_first, lateness = core.advance(
+                now_tick, now, self._pass_floor, lateness
+            )
+            if native_fired:
+                if not fired or native_first < first_tick:
+                    first_tick = native_first
+                fired += native_fired
+                self._native_ready = native_batch
         self._fired += fired
         self._max_lateness = lateness
         if fired:
@@ -1041,6 +1212,44 @@ def _in_deadline_order(due: list[Entry]) -> None:
             due.sort(key=_deadline_of)
             return
         last = when
+
+
+def _pending(entry: Any) -> bool:
+    return bool(entry.pending())
+
+
+def _when_of(entry: Any) -> float:
+    when: float = entry._when
+    return when
+
+
+def _merged(batch: list[_Timed], native_batch: list[Any]) -> list[Any]:
+    """The engine's due callbacks and the core's, each in deadline order, as one list in
+    deadline order (the engine's first within a deadline)."""
+    merged: list[Any] = []
+    i = j = 0
+    while i < len(batch) and j < len(native_batch):
+        if _when_of(native_batch[j]) < batch[i]._when:
+            merged.append(native_batch[j])
+            j += 1
+        else:
+            merged.append(batch[i])
+            i += 1
+    merged.extend(batch[i:])
+    merged.extend(native_batch[j:])
+    return merged
+
+
+def _run_mixed(batch: list[Any]) -> None:
+    """:func:`_run_ready` for a batch of both wheels' callbacks."""
+    for index, handle in enumerate(batch):
+        try:
+            handle._run()
+        except BaseException:
+            rest = batch[index + 1 :]
+            if rest:
+                asyncio.get_running_loop().call_soon(_run_mixed, rest)
+            raise
 
 
 def _run_ready(batch: list[_Timed]) -> None:

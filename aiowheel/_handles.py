@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Callable, Coroutine
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from . import _awaiting
 from ._entry import Owner, _Timed
 
-__all__ = ["EMPTY_CONTEXT", "Scheduled", "TimerHandle"]
+__all__ = ["EMPTY_CONTEXT", "Handle", "Scheduled", "TimerHandle", "callback_repr"]
 
 # A snapshot of an empty context, shared by every callback scheduled from a context with no
 # variables set (the common case): saves one Context object per pending timer. Each run gets a
@@ -35,6 +35,28 @@ _DISPATCHED: Final = -1  # due; its run is queued with loop.call_soon
 _RAN: Final = -2
 _CANCELLED: Final = -3
 _FATES: Final = {_DISPATCHED: "dispatched", _RAN: "ran", _CANCELLED: "cancelled"}
+
+
+class Handle(Protocol):
+    """What ``call_at`` / ``call_later`` return, in either build: this module's
+    :class:`TimerHandle`, or the native core's (``aiowheel._core.TimerHandle``, the same API).
+    ``aiowheel.TimerHandle`` is the one the running build makes."""
+
+    def when(self) -> float:
+        """The deadline, in the loop's clock, exactly as scheduled."""
+        ...
+
+    def cancel(self) -> bool:
+        """Cancel the callback; True if this call cancelled it."""
+        ...
+
+    def cancelled(self) -> bool:
+        """True if :meth:`cancel` cancelled this handle (or its timer closed first)."""
+        ...
+
+    def get_context(self) -> contextvars.Context:
+        """The context the callback runs in."""
+        ...
 
 
 class TimerHandle(_Timed):
@@ -102,7 +124,7 @@ class TimerHandle(_Timed):
 
     def __repr__(self) -> str:
         state = "pending" if self._prev is not None else _FATES.get(self._tick, "due")
-        callback = "" if self._callback is None else f" {_callback_repr(self._callback)}"
+        callback = "" if self._callback is None else f" {callback_repr(self._callback)}"
         return f"<TimerHandle when={self._when!r}{callback} {state}>"
 
     def _fire(self, owner: Owner) -> None:
@@ -131,7 +153,7 @@ class TimerHandle(_Timed):
         except BaseException as exc:
             asyncio.get_running_loop().call_exception_handler(
                 {
-                    "message": f"Exception in callback {_callback_repr(callback)}",
+                    "message": f"Exception in callback {callback_repr(callback)}",
                     "exception": exc,
                     "handle": self,
                 }
@@ -234,6 +256,7 @@ class Scheduled(_Timed):
                 future.set_exception(exc)
 
 
-def _callback_repr(callback: Callable[..., object]) -> str:
+def callback_repr(callback: Callable[..., object]) -> str:
+    """How a handle's repr and the loop's error report name its callback."""
     name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None)
     return f"{name}()" if isinstance(name, str) else repr(callback)

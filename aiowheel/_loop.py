@@ -245,8 +245,17 @@ def _install(loop: Any, config: LoopConfig) -> None:
         _debug_checks_for(loop, config.base),
     )
     # Instance attributes, found before the class's methods by every caller (the module doc).
-    loop.call_at = calls.call_at
-    loop.call_later = calls.call_later
+    # In the compiled build they are the native core's (aiowheel/_core.c), which routes as
+    # LoopCalls does and hands it every call that is not for the wheel or the loop's heap.
+    front = timer._native_front(
+        config.threshold,
+        _near_pad(config.base),
+        heap.near_call_at,
+        heap.near_call_later,
+        calls.call_at,
+        calls.call_later,
+    )
+    loop.call_at, loop.call_later = front or (calls.call_at, calls.call_later)
     if config.clock is not None:
         timer._use_clock(clock.time, wake_at)  # the clock's own method: no loop frame
 

@@ -22,7 +22,7 @@ from . import _awaiting, _validate
 from ._build import COMPILED_MODULES, is_compiled
 from ._engine import Engine
 from ._errors import PendingLimitError, TimerClosedError
-from ._handles import TimerHandle
+from ._handles import Handle
 from ._periodic import Interval, PeriodicHandle, Watchdog, _Schedule
 from ._timeout import Timeout
 from ._validate import Name, Seconds, seconds
@@ -84,7 +84,7 @@ class Timer(Engine):
         """Close the timer (see :meth:`aclose`)."""
         return _awaiting.exit(self._close_for_waiting)
 
-    def close(self) -> list[TimerHandle]:
+    def close(self) -> list[Handle]:
         """Stop the timer and return the callback handles that never fired (Netty's stop()).
 
         Pending sleepers and scheduled futures are cancelled, tasks inside this timer's
@@ -94,7 +94,7 @@ class Timer(Engine):
         """
         return self._shutdown(None, None)
 
-    def aclose(self) -> Coroutine[Any, Any, list[TimerHandle]]:
+    def aclose(self) -> Coroutine[Any, Any, list[Handle]]:
         """:meth:`close`, then wait for the reaper task to finish (a coroutine)."""
         # Every coroutine that awaits is plain Python: see aiowheel._awaiting.
         return _awaiting.aclose(self._close_for_waiting)
@@ -138,7 +138,7 @@ class Timer(Engine):
         callback: Callable[..., object],
         *args: object,
         context: contextvars.Context | None = None,
-    ) -> TimerHandle:
+    ) -> Handle:
         """Run ``callback(*args)`` once ``loop.time() >= when``; like ``loop.call_at``.
 
         The callback runs in ``context`` or else in a copy of the current context taken now.
@@ -157,7 +157,7 @@ class Timer(Engine):
         callback: Callable[..., object],
         *args: object,
         context: contextvars.Context | None = None,
-    ) -> TimerHandle:
+    ) -> Handle:
         """Run ``callback(*args)`` after ``delay`` seconds; like ``loop.call_later``."""
         if not self._on_loop():  # the loop check, inline: paid by every timer
             self._check_loop()

@@ -1,0 +1,1777 @@
+/* aiowheel._core: the native core of the compiled build.
+ *
+ * What it is. One Core per engine (aiowheel._engine.Engine) holds every *callback* timer of
+ * that engine: the TimerHandles of loop mode's loop.call_at / loop.call_later, and of
+ * Timer.call_at / call_later. It is a hierarchical timing wheel written in C, the same
+ * algorithm as aiowheel/_wheel.py (that module's docstring is the theory of operation; this
+ * file follows it line by line, and tests/test_native.py feeds both the same random
+ * operations and compares what they do), with the TimerHandle type, loop mode's call_at /
+ * call_later themselves (FASTCALL functions installed on the loop), and the run of a batch of
+ * due handles.
+ *
+ * Why beside the mypyc wheel, not under it. aiowheel's own entries (timeouts, heartbeats,
+ * sleepers, scheduled starts) are mypyc classes whose methods the engine calls natively; a C
+ * wheel holding them would cost a crossing per operation (15-25 ns from mypyc), which is what
+ * a timeout saves. Callback handles are the opposite case: nearly every timer of a server
+ * (asyncio.sleep, asyncio.timeout, wait_for, every library's call_at) is one, and their whole
+ * life, from the loop's call_later to cancel() or the run, can stay in C. So the engine owns
+ * two wheels on one tick grid: it advances both to the same tick in the same pass, merges their
+ * due batches by deadline, and arms one wake-up for the earlier of their next expirations.
+ * The Core calls back into the engine for one thing only: "a bucket earlier than the armed
+ * wake-up was queued" (the engine's _arm, which is rare).
+ *
+ * Handles are not tracked by the garbage collector and come from a free list; the Core is
+ * tracked, and its traverse reports every pending handle's callback, args and context (its
+ * clear drains them), so a loop dropped unclosed with timers pending is still collected.
+ *
+ * The clock. Where the engine's clock is time.monotonic (asyncio's loops) the Core reads
+ * CLOCK_MONOTONIC itself and converts it exactly as CPython's time.monotonic does (the same
+ * float, bit for bit); otherwise it calls the clock it was given (loop.time of another base, a
+ * replaced loop.time, a virtual clock). It never caches "now" for a deadline.
+ *
+ * Free-threading. Every Core method runs under the GIL today. The state a Core owns is only
+ * touched from its methods and its handles' cancel(), so a per-Core critical section
+ * (Py_BEGIN_CRITICAL_SECTION) around those is all a free-threaded build needs.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define NEVER_TICK ((int64_t)1 << 62)     /* ticks at or beyond: never due */
+#define PAST_TICK (-((int64_t)1 << 62))   /* ticks below are clamped here */
+#define UNQUEUED (((int64_t)1 << 62) - 1) /* aiowheel._wheel.UNQUEUED */
+#define QUEUED_NONE INT64_MAX             /* a bucket queued under no expiration */
+#define TICK_EPSILON 1e-6                 /* aiowheel._engine._TICK_EPSILON */
+
+/* A handle's fate once it is out of the wheel, kept in its tick (aiowheel._handles). */
+#define DISPATCHED (-1)
+#define RAN (-2)
+#define CANCELLED (-3)
+/* Out-of-wheel ticks are only these three; a pending handle's tick is its deadline tick. */
+
+#define FREELIST_MAX 256
+
+typedef struct link {
+    struct link *prev; /* NULL: not in a wheel */
+    struct link *next;
+} link_t;
+
+typedef struct CoreObject CoreObject;
+
+typedef struct {
+    PyObject_HEAD
+    link_t link;
+    int64_t tick;
+    double when;
+    PyObject *callback; /* NULL once cancelled */
+    PyObject *args;     /* a tuple; NULL once cancelled */
+    PyObject *context;
+    CoreObject *core; /* borrowed; valid while pending (a Core drains its handles before it goes) */
+} HandleObject;
+
+#define HANDLE_OF(l) ((HandleObject *)((char *)(l) - offsetof(HandleObject, link)))
+
+typedef struct {
+    int64_t expiration;
+    Py_ssize_t index;
+} heapitem;
+
+struct CoreObject {
+    PyObject_HEAD
+    /* the wheel */
+    int bits;
+    int levels;
+    int64_t mask;
+    Py_ssize_t nbuckets;
+    link_t *buckets;
+    int64_t *queued;
+    heapitem *heap;
+    Py_ssize_t heap_len;
+    Py_ssize_t heap_cap;
+    link_t never;
+    int64_t elapsed;
+    Py_ssize_t count;
+    int64_t removed;
+    int64_t cache_low;
+    int64_t cache_high;
+    int64_t cache_expiration;
+    Py_ssize_t cache_index;
+    unsigned char level_of[130];
+    /* time */
+    double epoch;
+    double inv_tick;
+    PyObject *clock; /* NULL: CLOCK_MONOTONIC read natively */
+    int64_t armed;   /* the engine's armed expiration (its _armed, mirrored) */
+    PyObject *arm;   /* the engine's _arm */
+    /* loop mode's routing */
+    int fast;  /* the engine lets call_at / call_later file here directly */
+    int debug; /* the loop's debug mode: cancel() checks the thread */
+    unsigned long thread_id;
+    double threshold;
+    double near_pad;
+    PyObject *near_call_at;
+    PyObject *near_call_later;
+    PyObject *slow_call_at;
+    PyObject *slow_call_later;
+};
+
+static PyTypeObject HandleType;
+static PyTypeObject CoreType;
+
+/* Set once by setup(): aiowheel._handles' helpers. */
+static PyObject *g_callback_repr = NULL;
+static PyObject *g_empty_context = NULL;
+static PyObject *g_get_running_loop = NULL;
+static PyObject *g_str_context = NULL;
+static PyObject *g_str_call_exception_handler = NULL;
+static PyObject *g_str_call_soon = NULL;
+
+static HandleObject *freelist = NULL;
+static int freelist_len = 0;
+
+/* -- the clock ------------------------------------------------------------------------------ */
+
+static int
+core_now(CoreObject *c, double *now)
+{
+    if (c->clock == NULL) {
+#ifdef __linux__
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        /* CPython's _PyTime_AsSecondsDouble of the nanosecond count: the same float. */
+        int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        volatile double d;
+        if (t % 1000000000 == 0) {
+            d = (double)(t / 1000000000);
+        }
+        else {
+            d = (double)t;
+            d /= 1e9;
+        }
+        *now = d;
+        return 0;
+#endif
+    }
+    PyObject *res = c->clock ? PyObject_CallNoArgs(c->clock) : NULL;
+    if (res == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "aiowheel: no clock");
+        }
+        return -1;
+    }
+    double d = PyFloat_AsDouble(res);
+    Py_DECREF(res);
+    if (d == -1.0 && PyErr_Occurred()) {
+        return -1;
+    }
+    *now = d;
+    return 0;
+}
+
+static inline int64_t
+tick_for(CoreObject *c, double when)
+{
+    double t = ceil((when - c->epoch) * c->inv_tick - TICK_EPSILON);
+    if (t >= (double)NEVER_TICK) {
+        return NEVER_TICK;
+    }
+    if (!(t >= (double)PAST_TICK)) {
+        return PAST_TICK;
+    }
+    return (int64_t)t;
+}
+
+/* -- the delay queue ------------------------------------------------------------------------ */
+
+static inline int
+item_less(heapitem a, heapitem b)
+{
+    return a.expiration < b.expiration || (a.expiration == b.expiration && a.index < b.index);
+}
+
+static int
+heap_push(CoreObject *c, int64_t expiration, Py_ssize_t index)
+{
+    if (c->heap_len == c->heap_cap) {
+        Py_ssize_t cap = c->heap_cap ? c->heap_cap * 2 : 16;
+        heapitem *heap = PyMem_Realloc(c->heap, cap * sizeof(heapitem));
+        if (heap == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->heap = heap;
+        c->heap_cap = cap;
+    }
+    heapitem item = {expiration, index};
+    Py_ssize_t pos = c->heap_len++;
+    while (pos > 0) {
+        Py_ssize_t parent = (pos - 1) >> 1;
+        if (!item_less(item, c->heap[parent])) {
+            break;
+        }
+        c->heap[pos] = c->heap[parent];
+        pos = parent;
+    }
+    c->heap[pos] = item;
+    return 0;
+}
+
+static void
+heap_pop(CoreObject *c)
+{
+    heapitem last = c->heap[--c->heap_len];
+    Py_ssize_t n = c->heap_len;
+    if (n == 0) {
+        return;
+    }
+    Py_ssize_t pos = 0;
+    for (;;) {
+        Py_ssize_t child = 2 * pos + 1;
+        if (child >= n) {
+            break;
+        }
+        if (child + 1 < n && item_less(c->heap[child + 1], c->heap[child])) {
+            child++;
+        }
+        if (!item_less(c->heap[child], last)) {
+            break;
+        }
+        c->heap[pos] = c->heap[child];
+        pos = child;
+    }
+    c->heap[pos] = last;
+}
+
+/* -- the wheel (aiowheel/_wheel.py's Wheel, for handles) ------------------------------------- */
+
+static inline void
+link_tail(link_t *bucket, link_t *l)
+{
+    link_t *tail = bucket->prev;
+    l->prev = tail;
+    l->next = bucket;
+    bucket->prev = l;
+    tail->next = l;
+}
+
+static inline void
+set_elapsed(CoreObject *c, int64_t tick)
+{
+    c->elapsed = tick;
+    c->cache_high = c->cache_low; /* placements depend on elapsed */
+}
+
+static inline int64_t
+low_mask(int shift)
+{
+    return ~(((int64_t)1 << shift) - 1); /* -(1 << shift) */
+}
+
+/* Wheel.insert: the handle's reference is the wheel's from now on. -1 on a memory error (the
+ * handle is then filed all the same, its bucket unqueued only if the heap could not grow). */
+static int64_t
+wheel_insert(CoreObject *c, HandleObject *h, int64_t tick)
+{
+    Py_ssize_t index;
+    int64_t expiration;
+    h->tick = tick;
+    c->count++;
+    if (tick >= NEVER_TICK) {
+        link_tail(&c->never, &h->link);
+        return UNQUEUED;
+    }
+    if (c->cache_low <= tick && tick < c->cache_high) {
+        index = c->cache_index;
+        expiration = c->cache_expiration;
+    }
+    else {
+        int64_t elapsed = c->elapsed;
+        if (tick >= elapsed) {
+            uint64_t distance = (uint64_t)(tick - elapsed);
+            int length = distance ? 64 - __builtin_clzll(distance) : 0;
+            int level = c->level_of[length];
+            int shift = level * c->bits;
+            int64_t window = elapsed & low_mask(shift);
+            if (shift + c->bits < 63 && tick >= window + ((int64_t)1 << (shift + c->bits))) {
+                level += 1;
+                shift += c->bits;
+            }
+            index = ((Py_ssize_t)level << c->bits) + (Py_ssize_t)((tick >> shift) & c->mask);
+            expiration = tick & low_mask(shift);
+            int64_t low = expiration;
+            if (level) {
+                int64_t finer = (elapsed & low_mask(shift - c->bits)) + ((int64_t)1 << shift);
+                if (finer > low) {
+                    low = finer;
+                }
+            }
+            c->cache_low = low;
+            c->cache_high = expiration + ((int64_t)1 << shift);
+            c->cache_index = index;
+            c->cache_expiration = expiration;
+        }
+        else {
+            index = (Py_ssize_t)(elapsed & c->mask);
+            expiration = elapsed;
+        }
+    }
+    link_tail(&c->buckets[index], &h->link);
+    if (expiration < c->queued[index]) {
+        c->queued[index] = expiration;
+        if (heap_push(c, expiration, index) < 0) {
+            c->queued[index] = QUEUED_NONE;
+            return -1;
+        }
+        return expiration;
+    }
+    return UNQUEUED;
+}
+
+static inline void
+wheel_unlink(CoreObject *c, HandleObject *h)
+{
+    link_t *prev = h->link.prev;
+    link_t *next = h->link.next;
+    prev->next = next;
+    next->prev = prev;
+    h->link.prev = h->link.next = NULL;
+    c->count--;
+}
+
+static int64_t
+next_expiration(CoreObject *c)
+{
+    while (c->heap_len) {
+        heapitem top = c->heap[0];
+        if (c->queued[top.index] == top.expiration) {
+            link_t *bucket = &c->buckets[top.index];
+            if (bucket->next != bucket) {
+                return top.expiration;
+            }
+            c->queued[top.index] = QUEUED_NONE;
+        }
+        heap_pop(c);
+    }
+    return QUEUED_NONE;
+}
+
+/* A growable array of handles (owned references). */
+typedef struct {
+    HandleObject **items;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+} harray;
+
+static int
+harray_append(harray *a, HandleObject *h)
+{
+    if (a->len == a->cap) {
+        Py_ssize_t cap = a->cap ? a->cap * 2 : 64;
+        HandleObject **items = PyMem_Realloc(a->items, cap * sizeof(HandleObject *));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        a->items = items;
+        a->cap = cap;
+    }
+    a->items[a->len++] = h;
+    return 0;
+}
+
+/* Stable merge sort of handles by tick (by_when == 0) or by deadline (by_when == 1). */
+static inline int
+handle_before(HandleObject *a, HandleObject *b, int by_when)
+{
+    return by_when ? b->when < a->when : b->tick < a->tick; /* true: b goes first */
+}
+
+static int
+stable_sort(HandleObject **items, Py_ssize_t n, int by_when)
+{
+    HandleObject **tmp = PyMem_Malloc(n * sizeof(HandleObject *));
+    if (tmp == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t width = 1; width < n; width *= 2) {
+        for (Py_ssize_t lo = 0; lo < n; lo += 2 * width) {
+            Py_ssize_t mid = lo + width < n ? lo + width : n;
+            Py_ssize_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+            Py_ssize_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) {
+                if (handle_before(items[i], items[j], by_when)) {
+                    tmp[k++] = items[j++];
+                }
+                else {
+                    tmp[k++] = items[i++];
+                }
+            }
+            while (i < mid) {
+                tmp[k++] = items[i++];
+            }
+            while (j < hi) {
+                tmp[k++] = items[j++];
+            }
+        }
+        memcpy(items, tmp, n * sizeof(HandleObject *));
+    }
+    PyMem_Free(tmp);
+    return 0;
+}
+
+/* Wheel.advance: every handle whose tick is <= now, in tick order, into `due`. */
+static int
+wheel_advance(CoreObject *c, int64_t now, harray *due)
+{
+    int in_order = 1;
+    Py_ssize_t first = due->len;
+    while (c->heap_len && c->heap[0].expiration <= now) {
+        heapitem top = c->heap[0];
+        heap_pop(c);
+        int64_t expiration = top.expiration;
+        Py_ssize_t index = top.index;
+        if (c->queued[index] != expiration) {
+            continue; /* superseded by an earlier expiration of the same bucket */
+        }
+        c->queued[index] = QUEUED_NONE;
+        link_t *bucket = &c->buckets[index];
+        link_t *l = bucket->next;
+        if (l == bucket) {
+            continue; /* emptied by removals */
+        }
+        bucket->prev->next = NULL;
+        bucket->next = bucket->prev = bucket;
+        if (expiration > c->elapsed) {
+            set_elapsed(c, expiration);
+        }
+        int64_t level0_end = c->elapsed + c->mask + 1;
+        while (l != NULL) {
+            link_t *next = l->next;
+            HandleObject *h = HANDLE_OF(l);
+            int64_t tick = h->tick;
+            if (tick <= now) {
+                l->prev = l->next = NULL;
+                c->count--;
+                if (tick != expiration) {
+                    in_order = 0;
+                }
+                if (harray_append(due, h) < 0) {
+                    /* Back into the elapsed tick's bucket: due at the next advance. */
+                    c->count++;
+                    Py_ssize_t at = (Py_ssize_t)(c->elapsed & c->mask);
+                    link_tail(&c->buckets[at], l);
+                    if (c->elapsed < c->queued[at] && heap_push(c, c->elapsed, at) == 0) {
+                        c->queued[at] = c->elapsed;
+                    }
+                    l = next;
+                    while (l != NULL) { /* and the rest of the chain likewise */
+                        link_t *after = l->next;
+                        link_tail(&c->buckets[at], l);
+                        l = after;
+                    }
+                    return -1;
+                }
+            }
+            else if (tick < level0_end) {
+                Py_ssize_t at = (Py_ssize_t)(tick & c->mask);
+                link_tail(&c->buckets[at], l);
+                if (tick < c->queued[at]) {
+                    c->queued[at] = tick;
+                    if (heap_push(c, tick, at) < 0) {
+                        c->queued[at] = QUEUED_NONE;
+                    }
+                }
+            }
+            else {
+                l->prev = l->next = NULL;
+                c->count--;
+                wheel_insert(c, h, tick);
+            }
+            l = next;
+        }
+    }
+    set_elapsed(c, now);
+    if (!in_order && stable_sort(due->items + first, due->len - first, 0) < 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* Every pending handle, unlinked (owned references into `out`). */
+static int
+wheel_drain(CoreObject *c, harray *out)
+{
+    for (Py_ssize_t i = 0; i <= c->nbuckets; i++) {
+        link_t *bucket = i < c->nbuckets ? &c->buckets[i] : &c->never;
+        link_t *l = bucket->next;
+        while (l != bucket) {
+            link_t *next = l->next;
+            l->prev = l->next = NULL;
+            if (out == NULL || harray_append(out, HANDLE_OF(l)) < 0) {
+                /* No room to hand it back: let it go here, cancelled. */
+                HandleObject *h = HANDLE_OF(l);
+                h->tick = CANCELLED;
+                Py_CLEAR(h->callback);
+                Py_CLEAR(h->args);
+                Py_DECREF(h);
+            }
+            l = next;
+        }
+        bucket->next = bucket->prev = bucket;
+    }
+    for (Py_ssize_t i = 0; i < c->nbuckets; i++) {
+        c->queued[i] = QUEUED_NONE;
+    }
+    c->heap_len = 0;
+    c->count = 0;
+    c->cache_high = c->cache_low;
+    return out != NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+/* -- TimerHandle ---------------------------------------------------------------------------- */
+
+static HandleObject *
+handle_new(void)
+{
+    HandleObject *h;
+    if (freelist != NULL) {
+        h = freelist;
+        freelist = (HandleObject *)h->link.next;
+        freelist_len--;
+        PyObject_Init((PyObject *)h, &HandleType);
+    }
+    else {
+        h = PyObject_New(HandleObject, &HandleType);
+        if (h == NULL) {
+            return NULL;
+        }
+    }
+    h->link.prev = h->link.next = NULL;
+    h->core = NULL;
+    h->callback = h->args = h->context = NULL;
+    h->tick = CANCELLED;
+    return h;
+}
+
+static void
+handle_dealloc(HandleObject *h)
+{
+    Py_CLEAR(h->callback);
+    Py_CLEAR(h->args);
+    Py_CLEAR(h->context);
+    if (freelist_len < FREELIST_MAX) {
+        h->link.next = (link_t *)freelist;
+        freelist = h;
+        freelist_len++;
+    }
+    else {
+        PyObject_Free(h);
+    }
+}
+
+static PyObject *
+callback_repr(PyObject *callback)
+{
+    if (g_callback_repr == NULL) {
+        return PyObject_Repr(callback);
+    }
+    return PyObject_CallOneArg(g_callback_repr, callback);
+}
+
+static PyObject *
+handle_repr(HandleObject *h)
+{
+    const char *state;
+    if (h->link.prev != NULL) {
+        state = "pending";
+    }
+    else if (h->tick == DISPATCHED) {
+        state = "dispatched";
+    }
+    else if (h->tick == RAN) {
+        state = "ran";
+    }
+    else if (h->tick == CANCELLED) {
+        state = "cancelled";
+    }
+    else {
+        state = "due";
+    }
+    PyObject *when = PyFloat_FromDouble(h->when);
+    if (when == NULL) {
+        return NULL;
+    }
+    PyObject *res;
+    if (h->callback != NULL) {
+        PyObject *name = callback_repr(h->callback);
+        if (name == NULL) {
+            Py_DECREF(when);
+            return NULL;
+        }
+        res = PyUnicode_FromFormat("<TimerHandle when=%R %U %s>", when, name, state);
+        Py_DECREF(name);
+    }
+    else {
+        res = PyUnicode_FromFormat("<TimerHandle when=%R %s>", when, state);
+    }
+    Py_DECREF(when);
+    return res;
+}
+
+static PyObject *
+handle_when(HandleObject *h, PyObject *Py_UNUSED(ignored))
+{
+    return PyFloat_FromDouble(h->when);
+}
+
+static PyObject *
+handle_get_context(HandleObject *h, PyObject *Py_UNUSED(ignored))
+{
+    if (h->context == NULL || h->context == g_empty_context) {
+        return PyContext_New();
+    }
+    return Py_NewRef(h->context);
+}
+
+static PyObject *
+handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored))
+{
+    if (h->link.prev != NULL) {
+        CoreObject *c = h->core;
+        if (c->debug && PyThread_get_thread_ident() != c->thread_id) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "a timer must be cancelled from the thread running its event loop; "
+                            "from another thread use loop.call_soon_threadsafe(handle.cancel)");
+            return NULL;
+        }
+        wheel_unlink(c, h);
+        c->removed++;
+        h->tick = CANCELLED;
+        PyObject *callback = h->callback, *args = h->args;
+        h->callback = h->args = NULL;
+        Py_DECREF(h); /* the wheel's reference: the caller holds one */
+        Py_XDECREF(callback);
+        Py_XDECREF(args);
+        Py_RETURN_TRUE;
+    }
+    if (h->tick != DISPATCHED) {
+        Py_RETURN_FALSE;
+    }
+    h->tick = CANCELLED;
+    Py_CLEAR(h->callback);
+    Py_CLEAR(h->args);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+handle_cancelled(HandleObject *h, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(h->link.prev == NULL && h->tick == CANCELLED);
+}
+
+static PyObject *
+handle_pending(HandleObject *h, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(h->link.prev != NULL);
+}
+
+/* Report an exception of a callback as the loop reports its own callbacks'. */
+static int
+report(HandleObject *h, PyObject *callback)
+{
+    PyObject *exc;
+#if PY_VERSION_HEX >= 0x030C0000
+    exc = PyErr_GetRaisedException();
+#else
+    PyObject *type, *tb;
+    PyErr_Fetch(&type, &exc, &tb);
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (tb != NULL && exc != NULL) {
+        PyException_SetTraceback(exc, tb);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+#endif
+    if (exc == NULL) {
+        return 0;
+    }
+    int status = -1;
+    PyObject *loop = NULL, *name = NULL, *message = NULL, *ctx = NULL, *res = NULL;
+    loop = PyObject_CallNoArgs(g_get_running_loop);
+    if (loop == NULL) {
+        goto done;
+    }
+    name = callback_repr(callback);
+    if (name == NULL) {
+        goto done;
+    }
+    message = PyUnicode_FromFormat("Exception in callback %U", name);
+    if (message == NULL) {
+        goto done;
+    }
+    ctx = Py_BuildValue("{sOsOsO}", "message", message, "exception", exc, "handle", (PyObject *)h);
+    if (ctx == NULL) {
+        goto done;
+    }
+    res = PyObject_CallMethodOneArg(loop, g_str_call_exception_handler, ctx);
+    if (res != NULL) {
+        status = 0;
+    }
+done:
+    Py_XDECREF(res);
+    Py_XDECREF(ctx);
+    Py_XDECREF(message);
+    Py_XDECREF(name);
+    Py_XDECREF(loop);
+    Py_DECREF(exc);
+    return status;
+}
+
+/* TimerHandle._run: run the callback in its context; -1 only for what must leave the loop
+ * (SystemExit, KeyboardInterrupt, or a failing exception handler). */
+static int
+handle_run(HandleObject *h)
+{
+    if (h->tick != DISPATCHED) {
+        return 0; /* cancelled after it was dispatched */
+    }
+    h->tick = RAN;
+    PyObject *callback = h->callback, *args = h->args, *context = h->context;
+    if (callback == NULL || args == NULL || context == NULL) {
+        return 0;
+    }
+    Py_INCREF(callback);
+    Py_INCREF(args);
+    if (context == g_empty_context) {
+        context = PyContext_New(); /* a fresh one per run: nothing leaks between runs */
+        if (context == NULL) {
+            Py_DECREF(callback);
+            Py_DECREF(args);
+            return -1;
+        }
+    }
+    else {
+        Py_INCREF(context);
+    }
+    PyObject *res = NULL;
+    if (PyContext_Enter(context) == 0) {
+        res = PyObject_Vectorcall(callback, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args),
+                                  NULL);
+        PyContext_Exit(context);
+    }
+    int status = 0;
+    if (res == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_SystemExit) ||
+            PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+            status = -1;
+        }
+        else {
+            status = report(h, callback);
+        }
+    }
+    else {
+        Py_DECREF(res);
+    }
+    Py_DECREF(callback);
+    Py_DECREF(args);
+    Py_DECREF(context);
+    return status;
+}
+
+static PyObject *
+handle_run_method(HandleObject *h, PyObject *Py_UNUSED(ignored))
+{
+    if (handle_run(h) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+handle_describe(HandleObject *h, PyObject *Py_UNUSED(ignored))
+{
+    return Py_BuildValue("(sOO)", "call", h->callback ? h->callback : Py_None,
+                         h->args ? h->args : Py_None);
+}
+
+static PyObject *
+handle_abandon(HandleObject *h, PyObject *Py_UNUSED(exc))
+{
+    h->tick = CANCELLED;
+    Py_CLEAR(h->callback);
+    Py_CLEAR(h->args);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef handle_methods[] = {
+    {"when", (PyCFunction)handle_when, METH_NOARGS,
+     "when($self, /)\n--\n\nThe deadline, in the loop's clock, exactly as scheduled."},
+    {"get_context", (PyCFunction)handle_get_context, METH_NOARGS,
+     "get_context($self, /)\n--\n\nThe context the callback runs in (as "
+     "``asyncio.Handle.get_context``).\n\nA callback scheduled from an empty context runs in a "
+     "fresh empty context each time;\nfor it this returns a new empty Context."},
+    {"cancel", (PyCFunction)handle_cancel, METH_NOARGS,
+     "cancel($self, /)\n--\n\nCancel the callback. True if this call cancelled it; False if it "
+     "had already run\nor been cancelled. A pending handle leaves the wheel at once (O(1))."},
+    {"cancelled", (PyCFunction)handle_cancelled, METH_NOARGS,
+     "cancelled($self, /)\n--\n\nTrue if :meth:`cancel` cancelled this handle (or its timer "
+     "closed before it ran)."},
+    {"pending", (PyCFunction)handle_pending, METH_NOARGS,
+     "pending($self, /)\n--\n\nTrue while the handle is in a wheel (neither cancelled nor "
+     "handed over to run)."},
+    {"_run", (PyCFunction)handle_run_method, METH_NOARGS, NULL},
+    {"_describe", (PyCFunction)handle_describe, METH_NOARGS, NULL},
+    {"_abandon", (PyCFunction)handle_abandon, METH_O, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef handle_members[] = {
+    {"_when", T_DOUBLE, offsetof(HandleObject, when), READONLY, NULL},
+    {"_callback", T_OBJECT, offsetof(HandleObject, callback), READONLY, NULL},
+    {"_args", T_OBJECT, offsetof(HandleObject, args), READONLY, NULL},
+    {"_context", T_OBJECT, offsetof(HandleObject, context), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aiowheel.TimerHandle",
+    .tp_basicsize = sizeof(HandleObject),
+    .tp_dealloc = (destructor)handle_dealloc,
+    .tp_repr = (reprfunc)handle_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .tp_doc = "A callback scheduled with :meth:`Timer.call_at` or :meth:`Timer.call_later` (or a "
+              "loop-mode loop's ``call_at`` / ``call_later``).\n\n"
+              "Like :class:`asyncio.TimerHandle`, but :meth:`cancel` is O(1), frees the timer at "
+              "once and\ntells whether it did anything.",
+    .tp_methods = handle_methods,
+    .tp_members = handle_members,
+};
+
+/* -- Core: filing --------------------------------------------------------------------------- */
+
+static int
+core_arm_if_earlier(CoreObject *c, int64_t queued)
+{
+    if (queued < 0) {
+        return -1; /* memory error */
+    }
+    if (queued < c->armed && c->arm != NULL) {
+        PyObject *res = PyObject_CallNoArgs(c->arm);
+        if (res == NULL) {
+            return -1;
+        }
+        Py_DECREF(res);
+    }
+    return 0;
+}
+
+/* File callback(*args) for `when` in `context` (NULL: a copy of the current one). */
+static PyObject *
+core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
+          Py_ssize_t nargs, PyObject *context)
+{
+    if (when != when) {
+        PyErr_SetString(PyExc_ValueError, "deadline must not be NaN");
+        return NULL;
+    }
+    HandleObject *h = handle_new();
+    if (h == NULL) {
+        return NULL;
+    }
+    h->callback = NULL;
+    h->args = NULL;
+    h->context = NULL;
+    h->when = when;
+    h->tick = CANCELLED;
+    if (context == NULL) {
+        context = PyContext_CopyCurrent();
+        if (context == NULL) {
+            Py_DECREF(h);
+            return NULL;
+        }
+        Py_ssize_t size = PyObject_Length(context);
+        if (size <= 0) {
+            Py_DECREF(context);
+            if (size < 0) {
+                Py_DECREF(h);
+                return NULL;
+            }
+            context = Py_NewRef(g_empty_context);
+        }
+    }
+    else {
+        Py_INCREF(context);
+    }
+    h->context = context;
+    PyObject *tuple = PyTuple_New(nargs);
+    if (tuple == NULL) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    }
+    h->args = tuple;
+    h->callback = Py_NewRef(callback);
+    h->core = c;
+    Py_INCREF(h); /* the wheel's */
+    if (core_arm_if_earlier(c, wheel_insert(c, h, tick_for(c, when))) < 0) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    return (PyObject *)h;
+}
+
+static PyObject *
+core_file_method(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "file(when, callback, args: tuple, context)");
+        return NULL;
+    }
+    double when = PyFloat_AsDouble(args[0]);
+    if (when == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *tuple = args[2];
+    return core_file(c, when, args[1], &PyTuple_GET_ITEM(tuple, 0), PyTuple_GET_SIZE(tuple),
+                     args[3] == Py_None ? NULL : args[3]);
+}
+
+/* A deadline as the router reads it: 1 for a float, or an int that converts exactly. */
+static inline int
+as_seconds(PyObject *value, double *out)
+{
+    if (PyFloat_CheckExact(value)) {
+        *out = PyFloat_AS_DOUBLE(value);
+        return 1;
+    }
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow || v <= -(1LL << 53) || v >= (1LL << 53)) {
+            return 0;
+        }
+        *out = (double)v;
+        return 1;
+    }
+    return 0;
+}
+
+/* method(time, callback, *rest, [context=context]), as aiowheel._loopcalls._hand_over. */
+static PyObject *
+hand_over(PyObject *method, PyObject *time, PyObject *const *args, Py_ssize_t nargs,
+          PyObject *context)
+{
+    PyObject *small[8];
+    Py_ssize_t total = nargs + (context != NULL);
+    PyObject **stack = total <= 8 ? small : PyMem_Malloc(total * sizeof(PyObject *));
+    if (stack == NULL) {
+        return PyErr_NoMemory();
+    }
+    stack[0] = time;
+    for (Py_ssize_t i = 1; i < nargs; i++) {
+        stack[i] = args[i];
+    }
+    PyObject *res;
+    if (context != NULL) {
+        stack[nargs] = context;
+        PyObject *names = PyTuple_Pack(1, g_str_context);
+        res = names ? PyObject_Vectorcall(method, stack, nargs, names) : NULL;
+        Py_XDECREF(names);
+    }
+    else {
+        res = PyObject_Vectorcall(method, stack, nargs, NULL);
+    }
+    if (stack != small) {
+        PyMem_Free(stack);
+    }
+    return res;
+}
+
+/* The context= keyword of call_at / call_later: 1 if the call fits the fast lane (and then
+ * *context is the value, NULL for None or absent), 0 if the slow path must see it. */
+static inline int
+read_context(PyObject *kwnames, PyObject *const *args, Py_ssize_t nargs, PyObject **context)
+{
+    *context = NULL;
+    if (kwnames == NULL) {
+        return 1;
+    }
+    if (PyTuple_GET_SIZE(kwnames) != 1) {
+        return 0;
+    }
+    PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
+    if (name != g_str_context && !(PyUnicode_Check(name) &&
+                                   PyUnicode_Compare(name, g_str_context) == 0)) {
+        return 0;
+    }
+    if (args[nargs] != Py_None) {
+        *context = args[nargs];
+    }
+    return 1;
+}
+
+static PyObject *
+core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *context;
+    double when, now;
+    if (nargs < 2 || !c->fast || !read_context(kwnames, args, nargs, &context) ||
+        !as_seconds(args[0], &when)) {
+        goto slow;
+    }
+    if (core_now(c, &now) < 0) {
+        return NULL;
+    }
+    double ahead = when - now;
+    if (ahead >= c->threshold) {
+        if (!PyCallable_Check(args[1])) {
+            goto slow;
+        }
+        return core_file(c, when, args[1], args + 2, nargs - 2, context);
+    }
+    if (ahead == ahead) { /* near, and not NaN: straight to the loop's heap */
+        if (c->near_pad && ahead > 0) {
+            PyObject *delay = PyFloat_FromDouble(ahead + c->near_pad);
+            if (delay == NULL) {
+                return NULL;
+            }
+            PyObject *res = hand_over(c->near_call_later, delay, args, nargs, context);
+            Py_DECREF(delay);
+            return res;
+        }
+        return hand_over(c->near_call_at, args[0], args, nargs, context);
+    }
+slow:
+    if (c->slow_call_at == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "aiowheel: this core routes no loop's calls");
+        return NULL;
+    }
+    return PyObject_Vectorcall(c->slow_call_at, args, nargsf, kwnames);
+}
+
+static PyObject *
+core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *context;
+    double delay, now;
+    if (nargs < 2 || !c->fast || !read_context(kwnames, args, nargs, &context) ||
+        !as_seconds(args[0], &delay)) {
+        goto slow;
+    }
+    if (delay >= c->threshold) {
+        if (!PyCallable_Check(args[1])) {
+            goto slow;
+        }
+        if (core_now(c, &now) < 0) {
+            return NULL;
+        }
+        return core_file(c, now + delay, args[1], args + 2, nargs - 2, context);
+    }
+    if (delay == delay) {
+        if (c->near_pad && delay > 0) {
+            PyObject *padded = PyFloat_FromDouble(delay + c->near_pad);
+            if (padded == NULL) {
+                return NULL;
+            }
+            PyObject *res = hand_over(c->near_call_later, padded, args, nargs, context);
+            Py_DECREF(padded);
+            return res;
+        }
+        return hand_over(c->near_call_later, args[0], args, nargs, context);
+    }
+slow:
+    if (c->slow_call_later == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "aiowheel: this core routes no loop's calls");
+        return NULL;
+    }
+    return PyObject_Vectorcall(c->slow_call_later, args, nargsf, kwnames);
+}
+
+/* -- Core: the engine's side ----------------------------------------------------------------- */
+
+static PyObject *
+core_next_expiration(CoreObject *c, PyObject *Py_UNUSED(ignored))
+{
+    int64_t e = next_expiration(c);
+    if (e == QUEUED_NONE) {
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromLongLong(e);
+}
+
+static PyObject *
+handles_to_list(harray *a)
+{
+    PyObject *list = PyList_New(a->len);
+    if (list == NULL) {
+        for (Py_ssize_t i = 0; i < a->len; i++) {
+            Py_DECREF(a->items[i]);
+        }
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < a->len; i++) {
+        PyList_SET_ITEM(list, i, (PyObject *)a->items[i]);
+    }
+    return list;
+}
+
+/* advance(now_tick, now, pass_floor, lateness) -> (due list | None, fired, first tick,
+ * lateness): Engine._advance's loop over the wheel's due entries, for handles. */
+static PyObject *
+core_advance(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "advance(now_tick, now, pass_floor, lateness)");
+        return NULL;
+    }
+    long long now_tick = PyLong_AsLongLong(args[0]);
+    if (now_tick == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    double now = PyFloat_AsDouble(args[1]);
+    double floor_ = PyFloat_AsDouble(args[2]);
+    double lateness = PyFloat_AsDouble(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (now_tick < c->elapsed) {
+        PyErr_Format(PyExc_ValueError, "time cannot go backwards: now=%lld < elapsed=%lld",
+                     now_tick, (long long)c->elapsed);
+        return NULL;
+    }
+    harray due = {NULL, 0, 0};
+    if (wheel_advance(c, now_tick, &due) < 0) {
+        PyObject *list = handles_to_list(&due); /* hand back what was found: fired below */
+        Py_XDECREF(list);
+        PyMem_Free(due.items);
+        return NULL;
+    }
+    Py_ssize_t n = due.len;
+    if (n > 1) {
+        double last = -INFINITY;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (due.items[i]->when < last) {
+                if (stable_sort(due.items, n, 1) < 0) {
+                    goto fail;
+                }
+                break;
+            }
+            last = due.items[i]->when;
+        }
+    }
+    Py_ssize_t fired = 0;
+    int64_t first_tick = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        HandleObject *h = due.items[i];
+        double when = h->when;
+        if (when > now) {
+            /* Not due after all (float rounding put it a hair early): file it again from its
+             * exact deadline. */
+            int64_t tick = tick_for(c, when);
+            wheel_insert(c, h, tick > now_tick ? tick : now_tick + 1);
+            continue;
+        }
+        if (!fired) {
+            first_tick = h->tick;
+        }
+        if (now - when > lateness) {
+            double late = when >= floor_ ? now - when : now - floor_;
+            if (late > lateness) {
+                lateness = late;
+            }
+        }
+        h->tick = DISPATCHED;
+        due.items[fired++] = h;
+    }
+    due.len = fired;
+    PyObject *list;
+    if (fired) {
+        list = handles_to_list(&due);
+        if (list == NULL) {
+            PyMem_Free(due.items);
+            return NULL;
+        }
+    }
+    else {
+        list = Py_NewRef(Py_None);
+    }
+    PyMem_Free(due.items);
+    return Py_BuildValue("(NnLd)", list, fired, (long long)first_tick, lateness);
+fail:
+    for (Py_ssize_t i = 0; i < n; i++) { /* back in, due at the next pass */
+        wheel_insert(c, due.items[i], c->elapsed);
+    }
+    PyMem_Free(due.items);
+    return NULL;
+}
+
+/* run(batch): run a batch of due handles, in order, as one loop callback; on SystemExit or
+ * KeyboardInterrupt the rest runs on the loop's next iteration (aiowheel._engine._run_ready). */
+static PyObject *
+core_run(CoreObject *c, PyObject *batch)
+{
+    if (!PyList_CheckExact(batch)) {
+        PyErr_SetString(PyExc_TypeError, "run() takes a list of handles");
+        return NULL;
+    }
+    Py_INCREF(batch);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
+        PyObject *item = PyList_GET_ITEM(batch, i);
+        if (Py_TYPE(item) != &HandleType) {
+            PyErr_SetString(PyExc_TypeError, "run() takes a list of handles");
+            Py_DECREF(batch);
+            return NULL;
+        }
+        Py_INCREF(item);
+        int status = handle_run((HandleObject *)item);
+        Py_DECREF(item);
+        if (status < 0) {
+            Py_ssize_t size = PyList_GET_SIZE(batch);
+            if (i + 1 < size) {
+#if PY_VERSION_HEX >= 0x030C0000
+                PyObject *exc = PyErr_GetRaisedException();
+#else
+                PyObject *type, *exc, *tb;
+                PyErr_Fetch(&type, &exc, &tb);
+#endif
+                PyObject *rest = PyList_GetSlice(batch, i + 1, size);
+                PyObject *loop = rest ? PyObject_CallNoArgs(g_get_running_loop) : NULL;
+                PyObject *again = loop ? PyObject_GetAttrString((PyObject *)c, "run") : NULL;
+                PyObject *res =
+                    again ? PyObject_CallMethodObjArgs(loop, g_str_call_soon, again, rest, NULL)
+                          : NULL;
+                Py_XDECREF(res);
+                Py_XDECREF(again);
+                Py_XDECREF(loop);
+                Py_XDECREF(rest);
+                PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030C0000
+                PyErr_SetRaisedException(exc);
+#else
+                PyErr_Restore(type, exc, tb);
+#endif
+            }
+            Py_DECREF(batch);
+            return NULL;
+        }
+    }
+    Py_DECREF(batch);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_entries(CoreObject *c, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i <= c->nbuckets; i++) {
+        link_t *bucket = i < c->nbuckets ? &c->buckets[i] : &c->never;
+        for (link_t *l = bucket->next; l != bucket; l = l->next) {
+            if (PyList_Append(out, (PyObject *)HANDLE_OF(l)) < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+    }
+    return out;
+}
+
+static PyObject *
+core_drain(CoreObject *c, PyObject *Py_UNUSED(ignored))
+{
+    harray out = {NULL, 0, 0};
+    if (wheel_drain(c, &out) < 0) {
+        PyObject *list = handles_to_list(&out);
+        Py_XDECREF(list);
+        PyMem_Free(out.items);
+        return NULL;
+    }
+    PyObject *list = handles_to_list(&out);
+    PyMem_Free(out.items);
+    return list;
+}
+
+/* rebase(epoch): the engine's clock changed (aiowheel._engine.Engine._use_clock): every
+ * pending handle is filed again by its deadline on the new epoch, in deadline order. */
+static PyObject *
+core_rebase(CoreObject *c, PyObject *arg)
+{
+    double epoch = PyFloat_AsDouble(arg);
+    if (epoch == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    harray out = {NULL, 0, 0};
+    if (wheel_drain(c, &out) < 0 || stable_sort(out.items, out.len, 1) < 0) {
+        c->epoch = epoch;
+        for (Py_ssize_t i = 0; i < out.len; i++) {
+            wheel_insert(c, out.items[i], tick_for(c, out.items[i]->when));
+        }
+        PyMem_Free(out.items);
+        return NULL;
+    }
+    c->epoch = epoch;
+    for (Py_ssize_t i = 0; i < out.len; i++) {
+        wheel_insert(c, out.items[i], tick_for(c, out.items[i]->when));
+    }
+    PyMem_Free(out.items);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_set_clock(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "set_clock(clock or None)");
+        return NULL;
+    }
+    PyObject *clock = args[0] == Py_None ? NULL : args[0];
+#ifndef __linux__
+    if (clock == NULL) {
+        PyErr_SetString(PyExc_ValueError, "no native clock on this platform");
+        return NULL;
+    }
+#endif
+    Py_XINCREF(clock);
+    Py_XSETREF(c->clock, clock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_set_armed(CoreObject *c, PyObject *arg)
+{
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (v == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    c->armed = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : v;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_update(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "update(fast, debug, thread_id)");
+        return NULL;
+    }
+    int fast = PyObject_IsTrue(args[0]);
+    int debug = PyObject_IsTrue(args[1]);
+    unsigned long thread_id = PyLong_AsUnsignedLongMask(args[2]);
+    if (fast < 0 || debug < 0 || PyErr_Occurred()) {
+        return NULL;
+    }
+    c->fast = fast && c->slow_call_at != NULL;
+    c->debug = debug;
+    c->thread_id = thread_id;
+    Py_RETURN_NONE;
+}
+
+/* route(threshold, near_pad, near_call_at, near_call_later, slow_call_at, slow_call_later):
+ * make call_at / call_later a loop-mode loop's (aiowheel._loopcalls.LoopCalls' routing). */
+static PyObject *
+core_route(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "route(threshold, near_pad, near_call_at, "
+                                         "near_call_later, slow_call_at, slow_call_later)");
+        return NULL;
+    }
+    double threshold = PyFloat_AsDouble(args[0]);
+    double pad = PyFloat_AsDouble(args[1]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    c->threshold = threshold;
+    c->near_pad = pad;
+    Py_XSETREF(c->near_call_at, Py_NewRef(args[2]));
+    Py_XSETREF(c->near_call_later, Py_NewRef(args[3]));
+    Py_XSETREF(c->slow_call_at, Py_NewRef(args[4]));
+    Py_XSETREF(c->slow_call_later, Py_NewRef(args[5]));
+    Py_RETURN_NONE;
+}
+
+/* close(): drain (the handles, for the engine to abandon), and let go of the engine. */
+static PyObject *
+core_close(CoreObject *c, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *list = core_drain(c, NULL);
+    c->fast = 0;
+    Py_CLEAR(c->arm);
+    c->armed = INT64_MAX;
+    return list;
+}
+
+static PyObject *
+core_check(CoreObject *c, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t counted = 0;
+    for (Py_ssize_t i = 0; i <= c->nbuckets; i++) {
+        int is_never = i == c->nbuckets;
+        link_t *bucket = is_never ? &c->never : &c->buckets[i];
+        link_t *prev = bucket;
+        for (link_t *l = bucket->next; l != bucket; l = l->next) {
+            if (l == NULL) {
+                return PyErr_Format(PyExc_AssertionError, "bucket %zd: chain broken", i);
+            }
+            if (l->prev != prev) {
+                return PyErr_Format(PyExc_AssertionError, "bucket %zd: back link broken", i);
+            }
+            HandleObject *h = HANDLE_OF(l);
+            if (h->core != c) {
+                return PyErr_Format(PyExc_AssertionError, "bucket %zd: a handle of another core",
+                                    i);
+            }
+            if (is_never) {
+                if (h->tick < NEVER_TICK) {
+                    return PyErr_Format(PyExc_AssertionError, "never-list holds tick %lld",
+                                        (long long)h->tick);
+                }
+            }
+            else {
+                int64_t q = c->queued[i];
+                if (q == QUEUED_NONE) {
+                    return PyErr_Format(PyExc_AssertionError,
+                                        "bucket %zd holds entries but is not queued", i);
+                }
+                if (q > h->tick && h->tick >= c->elapsed) {
+                    return PyErr_Format(PyExc_AssertionError,
+                                        "bucket %zd queued at %lld holds tick %lld", i,
+                                        (long long)q, (long long)h->tick);
+                }
+                int found = 0;
+                for (Py_ssize_t k = 0; k < c->heap_len; k++) {
+                    if (c->heap[k].index == i && c->heap[k].expiration == q) {
+                        found = 1;
+                        break;
+                    }
+                }
+                if (!found) {
+                    return PyErr_Format(PyExc_AssertionError,
+                                        "queued bucket %zd missing from the heap", i);
+                }
+            }
+            prev = l;
+            counted++;
+        }
+        if (bucket->prev != prev) {
+            return PyErr_Format(PyExc_AssertionError, "bucket %zd: tail link broken", i);
+        }
+    }
+    if (counted != c->count) {
+        return PyErr_Format(PyExc_AssertionError, "count %zd but %zd handles linked", c->count,
+                            counted);
+    }
+    if (c->heap_len > c->nbuckets) {
+        return PyErr_Format(PyExc_AssertionError, "heap holds %zd items for %zd buckets",
+                            c->heap_len, c->nbuckets);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_queued_at(CoreObject *c, PyObject *arg)
+{
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i < 0 || i >= c->nbuckets) {
+        return PyErr_Format(PyExc_IndexError, "no bucket %zd", i);
+    }
+    return c->queued[i] == QUEUED_NONE ? Py_NewRef(Py_None) : PyLong_FromLongLong(c->queued[i]);
+}
+
+static Py_ssize_t
+core_len(CoreObject *c)
+{
+    return c->count;
+}
+
+static PyObject *
+core_get_removed(CoreObject *c, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLongLong(c->removed);
+}
+
+static PyObject *
+core_get_queued(CoreObject *c, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSsize_t(c->heap_len);
+}
+
+static PyObject *
+core_get_elapsed(CoreObject *c, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLongLong(c->elapsed);
+}
+
+static PyObject *
+core_get_fast(CoreObject *c, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(c->fast);
+}
+
+static PyObject *
+core_get_native_clock(CoreObject *c, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(c->clock == NULL);
+}
+
+/* -- Core: life cycle ------------------------------------------------------------------------ */
+
+/* Core(arm, tick, slots, epoch, clock): `arm` is the engine's re-arm, `clock` None for the
+ * native CLOCK_MONOTONIC reading. */
+static PyObject *
+core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *arm, *clock;
+    double tick, epoch;
+    Py_ssize_t slots;
+    static char *kwlist[] = {"arm", "tick", "slots", "epoch", "clock", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OdndO:Core", kwlist, &arm, &tick, &slots,
+                                     &epoch, &clock)) {
+        return NULL;
+    }
+    if (slots < 2 || (slots & (slots - 1)) || slots > (1 << 20)) {
+        return PyErr_Format(PyExc_ValueError, "slots must be a power of two >= 2, got %zd",
+                            slots);
+    }
+    if (!(tick > 0) || !isfinite(tick)) {
+        return PyErr_Format(PyExc_ValueError, "tick must be positive and finite");
+    }
+#ifndef __linux__
+    if (clock == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "no native clock on this platform");
+        return NULL;
+    }
+#endif
+    CoreObject *c = (CoreObject *)type->tp_alloc(type, 0);
+    if (c == NULL) {
+        return NULL;
+    }
+    int bits = 0;
+    while (((Py_ssize_t)1 << bits) < slots) {
+        bits++;
+    }
+    int levels = (64 + bits - 1) / bits;
+    c->bits = bits;
+    c->levels = levels;
+    c->mask = slots - 1;
+    c->nbuckets = (Py_ssize_t)levels * slots;
+    c->buckets = PyMem_Malloc(c->nbuckets * sizeof(link_t));
+    c->queued = PyMem_Malloc(c->nbuckets * sizeof(int64_t));
+    if (c->buckets == NULL || c->queued == NULL) {
+        Py_DECREF(c);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < c->nbuckets; i++) {
+        c->buckets[i].prev = c->buckets[i].next = &c->buckets[i];
+        c->queued[i] = QUEUED_NONE;
+    }
+    c->never.prev = c->never.next = &c->never;
+    for (int n = 0; n < (int)sizeof(c->level_of); n++) {
+        int level = (n > 0 ? n - 1 : 0) / bits;
+        c->level_of[n] = (unsigned char)(level < levels ? level : levels - 1);
+    }
+    c->epoch = epoch;
+    c->inv_tick = 1.0 / tick;
+    c->clock = clock == Py_None ? NULL : Py_NewRef(clock);
+    c->armed = INT64_MAX;
+    c->arm = Py_NewRef(arm);
+    c->threshold = INFINITY;
+    return (PyObject *)c;
+}
+
+static int
+core_traverse(CoreObject *c, visitproc visit, void *arg)
+{
+    Py_VISIT(c->clock);
+    Py_VISIT(c->arm);
+    Py_VISIT(c->near_call_at);
+    Py_VISIT(c->near_call_later);
+    Py_VISIT(c->slow_call_at);
+    Py_VISIT(c->slow_call_later);
+    if (c->buckets != NULL) {
+        /* The pending handles are not tracked: what they hold is reported as the Core's. */
+        for (Py_ssize_t i = 0; i <= c->nbuckets; i++) {
+            link_t *bucket = i < c->nbuckets ? &c->buckets[i] : &c->never;
+            for (link_t *l = bucket->next; l != bucket; l = l->next) {
+                HandleObject *h = HANDLE_OF(l);
+                Py_VISIT(h->callback);
+                Py_VISIT(h->args);
+                Py_VISIT(h->context);
+            }
+        }
+    }
+    return 0;
+}
+
+static int
+core_clear(CoreObject *c)
+{
+    if (c->buckets != NULL) {
+        /* Drain: each pending handle reads cancelled, lets go of what it holds and of the
+         * wheel's reference to it. */
+        for (Py_ssize_t i = 0; i <= c->nbuckets; i++) {
+            link_t *bucket = i < c->nbuckets ? &c->buckets[i] : &c->never;
+            link_t *l = bucket->next;
+            while (l != bucket) {
+                link_t *next = l->next;
+                HandleObject *h = HANDLE_OF(l);
+                l->prev = l->next = NULL;
+                h->tick = CANCELLED;
+                Py_CLEAR(h->callback);
+                Py_CLEAR(h->args);
+                Py_CLEAR(h->context);
+                Py_DECREF(h);
+                l = next;
+            }
+            bucket->next = bucket->prev = bucket;
+            if (i < c->nbuckets) {
+                c->queued[i] = QUEUED_NONE;
+            }
+        }
+        c->heap_len = 0;
+        c->count = 0;
+    }
+    c->fast = 0;
+    Py_CLEAR(c->clock);
+    Py_CLEAR(c->arm);
+    Py_CLEAR(c->near_call_at);
+    Py_CLEAR(c->near_call_later);
+    Py_CLEAR(c->slow_call_at);
+    Py_CLEAR(c->slow_call_later);
+    return 0;
+}
+
+static void
+core_dealloc(CoreObject *c)
+{
+    PyObject_GC_UnTrack(c);
+    core_clear(c);
+    PyMem_Free(c->buckets);
+    PyMem_Free(c->queued);
+    PyMem_Free(c->heap);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyMethodDef core_methods[] = {
+    {"call_at", (PyCFunction)(void (*)(void))core_call_at, METH_FASTCALL | METH_KEYWORDS,
+     "call_at($self, when, callback, *args, context=None)\n--\n\n"
+     "A loop-mode loop's ``call_at``: the wheel, the loop's heap or the slow path."},
+    {"call_later", (PyCFunction)(void (*)(void))core_call_later, METH_FASTCALL | METH_KEYWORDS,
+     "call_later($self, delay, callback, *args, context=None)\n--\n\n"
+     "A loop-mode loop's ``call_later`` (see call_at)."},
+    {"file", (PyCFunction)(void (*)(void))core_file_method, METH_FASTCALL,
+     "file($self, when, callback, args, context, /)\n--\n\nFile callback(*args) for when."},
+    {"next_expiration", (PyCFunction)core_next_expiration, METH_NOARGS, NULL},
+    {"advance", (PyCFunction)(void (*)(void))core_advance, METH_FASTCALL, NULL},
+    {"run", (PyCFunction)core_run, METH_O, NULL},
+    {"entries", (PyCFunction)core_entries, METH_NOARGS, NULL},
+    {"drain", (PyCFunction)core_drain, METH_NOARGS, NULL},
+    {"close", (PyCFunction)core_close, METH_NOARGS, NULL},
+    {"rebase", (PyCFunction)core_rebase, METH_O, NULL},
+    {"set_clock", (PyCFunction)(void (*)(void))core_set_clock, METH_FASTCALL, NULL},
+    {"set_armed", (PyCFunction)core_set_armed, METH_O, NULL},
+    {"update", (PyCFunction)(void (*)(void))core_update, METH_FASTCALL, NULL},
+    {"route", (PyCFunction)(void (*)(void))core_route, METH_FASTCALL, NULL},
+    {"check", (PyCFunction)core_check, METH_NOARGS, NULL},
+    {"queued_at", (PyCFunction)core_queued_at, METH_O, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef core_getset[] = {
+    {"removed", (getter)core_get_removed, NULL, NULL, NULL},
+    {"queued", (getter)core_get_queued, NULL, NULL, NULL},
+    {"elapsed", (getter)core_get_elapsed, NULL, NULL, NULL},
+    {"fast", (getter)core_get_fast, NULL, NULL, NULL},
+    {"native_clock", (getter)core_get_native_clock, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods core_as_sequence = {
+    .sq_length = (lenfunc)core_len,
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aiowheel._core.Core",
+    .tp_basicsize = sizeof(CoreObject),
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_as_sequence = &core_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "An engine's wheel of callback handles (see the module source).",
+    .tp_traverse = (traverseproc)core_traverse,
+    .tp_clear = (inquiry)core_clear,
+    .tp_methods = core_methods,
+    .tp_getset = core_getset,
+    .tp_new = core_new,
+};
+
+/* -- the module ------------------------------------------------------------------------------ */
+
+static PyObject *
+setup(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "setup(callback_repr, empty_context, get_running_loop)");
+        return NULL;
+    }
+    Py_XSETREF(g_callback_repr, Py_NewRef(args[0]));
+    Py_XSETREF(g_empty_context, Py_NewRef(args[1]));
+    Py_XSETREF(g_get_running_loop, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+freelist_size(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromLong(freelist_len);
+}
+
+static PyMethodDef module_methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
+    {"freelist_size", (PyCFunction)freelist_size, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "aiowheel._core",
+    .m_doc = "The native core of aiowheel's compiled build (see aiowheel/_core.c).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__core(void)
+{
+    if (PyType_Ready(&HandleType) < 0 || PyType_Ready(&CoreType) < 0) {
+        return NULL;
+    }
+    g_str_context = PyUnicode_InternFromString("context");
+    g_str_call_exception_handler = PyUnicode_InternFromString("call_exception_handler");
+    g_str_call_soon = PyUnicode_InternFromString("call_soon");
+    if (!g_str_context || !g_str_call_exception_handler || !g_str_call_soon) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&core_module);
+    if (m == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(m, "TimerHandle", (PyObject *)&HandleType) < 0 ||
+        PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
