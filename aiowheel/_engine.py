@@ -116,6 +116,9 @@ _REAPER_AWAKE: Final = -(1 << 62)
 # (the reaper), and a deadline within it above one is filed in that boundary's tick (_admit).
 _TICK_EPSILON: Final = 1e-6
 
+# max_pending=None: no limit (a C static in the compiled build).
+_NO_LIMIT: Final = sys.maxsize
+
 # Past this many live engines (Timers) on one loop, warn once (Netty's too-many-instances lesson).
 TOO_MANY_TIMERS: Final = 64
 
@@ -215,12 +218,12 @@ class _WakeHandle(Protocol):
 WakeAt = Callable[[float, Callable[[], None]], _WakeHandle]
 
 # Loop mode's hook, declared here once: for each loop-mode loop, how a wake-up handle reaches
-# the loop's own heap (aiowheel._loop's _BaseHeap.wake_at). Its own engine registers it when it
-# starts driving the loop (_drive_loop); any other engine bound to that loop files its wake-up
-# there too (_adopt): filed in the loop's wheel it would be rounded up twice.
-_heap_wake_at: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WakeAt] = (
-    weakref.WeakKeyDictionary()
-)
+# the loop's own heap (aiowheel._loop's _BaseHeap.wake_at), kept on the loop as this attribute.
+# Its own engine sets it when it starts driving the loop (_drive_loop); any other engine bound
+# to that loop files its wake-up there too (_adopt): filed in the loop's wheel it would be
+# rounded up twice. (Not a WeakKeyDictionary: the value holds the loop, which would then never
+# be collected unclosed.)
+_WAKE_AT_ATTRIBUTE: Final = "_aiowheel_wake_at"
 
 
 class Engine(Owner):
@@ -274,7 +277,7 @@ class Engine(Owner):
         self._tick: Final = resolution
         self._inverse_tick: Final = 1.0 / resolution
         self._slots: Final = self._wheel.slots
-        self._limit: Final = sys.maxsize if limit is None else limit
+        self._limit: Final = _NO_LIMIT if limit is None else limit
         # `_loop` is what the hot path compares the running loop with: None until bound and
         # again once closed, so that one identity check routes every odd case to _check_loop.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -436,7 +439,7 @@ class Engine(Owner):
         self._pass_floor = self._epoch
         # On a loop-mode loop (aiowheel._loop) the wake-up handle goes on the loop's own heap,
         # as that loop's Timer's does: filed in the loop's wheel it would be rounded up twice.
-        self._wake_at = wake_at = _heap_wake_at.get(loop)
+        self._wake_at = wake_at = getattr(loop, _WAKE_AT_ATTRIBUTE, None)
         # The loop's clock, as a direct call where the loop has not replaced asyncio's
         # (BaseEventLoop.time is a Python method around time.monotonic: ~40 ns per call saved
         # on every hot path); uvloop's and any custom loop's own method otherwise. Another
@@ -487,7 +490,7 @@ class Engine(Owner):
         method call more made loop mode's churn 1.6x slower on asyncio, measured). A replaced
         ``loop.time`` reaches this engine anyway, through :meth:`_use_clock`."""
         self._adopt(loop)
-        _heap_wake_at[loop] = wake_at
+        setattr(loop, _WAKE_AT_ATTRIBUTE, wake_at)
         self._wake_at = wake_at
         self._loop = loop
         self._use_thread_check(loop)
@@ -526,7 +529,7 @@ class Engine(Owner):
         loop = self._bound_loop
         if loop is None or self._closed:
             return
-        _heap_wake_at[loop] = wake_at
+        setattr(loop, _WAKE_AT_ATTRIBUTE, wake_at)
         wheel = self._wheel
         now = clock()
         self._epoch = now - wheel.elapsed * self._tick
@@ -561,7 +564,7 @@ class Engine(Owner):
                 not self._closed
                 and not self._debug
                 and self._origins is None
-                and self._limit == sys.maxsize,
+                and self._limit == _NO_LIMIT,
                 self._debug,
                 self._thread_id,
             )
@@ -777,7 +780,7 @@ class Engine(Owner):
             tick = ceil((when - self._epoch) * self._inverse_tick - _TICK_EPSILON)
         except (OverflowError, ValueError):
             tick = self._tick_for(when)
-        if self._wheel._count >= self._limit:
+        if self._limit != _NO_LIMIT and self._pending() >= self._limit:
             raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
         return tick
 
@@ -906,10 +909,8 @@ class Engine(Owner):
         core = self._core
         if core is not None:
             # The native core holds every callback handle of the compiled build.
-            if self._limit != sys.maxsize:
+            if self._limit != _NO_LIMIT:
                 self._admit(when)  # NaN, then the limit, against the two wheels' count
-                if self._pending() >= self._limit:
-                    raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
             handle: Handle = core.file(when, callback, args, context)
             origins = self._origins
             if origins is not None:
