@@ -22,13 +22,11 @@ async def test_call_later_fires_after_its_deadline_never_before() -> None:
     loop = asyncio.get_running_loop()
     async with Timer() as timer:
         seen: list[tuple[float, float]] = []
+        # Each callback records its own handle's deadline and the time it ran.
         handles = [
-            timer.call_later(d, lambda h_when: seen.append((h_when, loop.time())), None)
-            for d in (0.03, 0.0, 0.01, 0.05, 0.002)
+            timer.call_later(d, lambda i: seen.append((handles[i].when(), loop.time())), i)
+            for i, d in enumerate((0.03, 0.0, 0.01, 0.05, 0.002))
         ]
-        # Record each handle's own deadline in the callback.
-        for handle in handles:
-            handle._args = (handle.when(),)
         await asyncio.sleep(0.2)
         assert len(seen) == 5
         for when, fired_at in seen:
