@@ -5,8 +5,9 @@ The compiled modules are the same ``.py`` sources (mypyc reads their type annota
 is one implementation, plus the native core ``aiowheel/_core.c`` (the callback handles, their
 wheel and loop mode's ``call_at`` / ``call_later``; its reference is the pure-Python code, see
 ``aiowheel/_core.c``). It needs nothing beyond a C compiler and Python's headers: no Cython.
-``AIOWHEEL_ASAN=1`` builds the native core with AddressSanitizer (CI's memory-safety run). The build falls back to the pure-Python package, with one printed line and
-a successful install, when:
+(CI's memory-safety run compiles the core again under AddressSanitizer: ``.ci/asan-suite``.)
+The build falls back to the pure-Python package, with one printed line and a successful
+install, when:
 
 - ``AIOWHEEL_NO_EXTENSIONS`` is set to a non-empty value other than ``0``;
 - mypyc cannot generate the C code (it is a build requirement, so this means a broken mypyc);
@@ -77,16 +78,11 @@ def _ext_modules() -> list[Any]:
         # Exact IEEE arithmetic, as in Python (no fused multiply-add: a tick must be computed
         # exactly as aiowheel._engine computes it).
         core_flags = ["-O3", "-ffp-contract=off"] if os.name != "nt" else []
-        core_link: list[str] = []
-        if os.environ.get("AIOWHEEL_ASAN", "") not in ("", "0"):
-            core_flags += ["-fsanitize=address", "-fno-omit-frame-pointer", "-O1", "-g"]
-            core_link += ["-fsanitize=address"]
         extensions.append(
             Extension(
                 "aiowheel._core",
                 ["aiowheel/_core.c"],
                 extra_compile_args=core_flags,
-                extra_link_args=core_link,
             )
         )
         if sys.platform.startswith("linux"):  # an ELF notion: gcc and clang on Linux

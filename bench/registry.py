@@ -117,6 +117,15 @@ def _churn(pending: int, ops: int, delay: float = 30.0) -> Job:
     return job
 
 
+def _schedule(ops: int) -> Job:
+    def job(c: str) -> dict[str, float]:
+        if c == "floor":
+            return {"ops_per_s": w.schedule_floor(ops)}
+        return {"ops_per_s": w.run(c, lambda: w.churn(kind(c), 0, ops))}
+
+    return job
+
+
 def _core(pending: int, ops: int) -> Job:
     def job(c: str) -> dict[str, float]:
         if c == "floor":
@@ -140,9 +149,10 @@ REGISTRY: tuple[Workload, ...] = (
     Workload("core", ("floor", "aiowheel/asyncio"),
              lambda s: {f"pending={p:,}": _core(p, s.core_ops) for p in s.core_pending},
              "the wheel alone (add + remove), against a dict insert + delete"),
-    Workload("schedule", EVERY_LOOP,
-             lambda s: {"call_later(30) + cancel, nothing pending": _churn(0, s.churn_ops)},
-             "loop.call_later(30, f).cancel() with nothing else pending (zuvloop's headline)"),
+    Workload("schedule", (*EVERY_LOOP, "floor"),
+             lambda s: {"call_later(30) + cancel, nothing pending": _schedule(s.churn_ops)},
+             "loop.call_later(30, f).cancel() with nothing else pending (zuvloop's headline); "
+             "floor: the same loop with one native clock read in place of the timer"),
     Workload("churn", (*CONTENDERS[:5], *LOOP_MODE, "loop/rloop", "loop/zuvloop"),
              lambda s: {f"pending={p:,}": _churn(p, s.churn_ops) for p in s.churn_pending},
              "arm a timer 30 s out and cancel an older one, with N others pending"),

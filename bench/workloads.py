@@ -94,6 +94,21 @@ def churn_floor(pending: int, ops: int) -> float:
     return rounds * OPS_PER_ITERATION / (time.perf_counter() - start)
 
 
+def schedule_floor(ops: int) -> float:
+    """The machine's floor for ``call_later`` + ``cancel``: the churn loop of :func:`churn` with
+    the timer replaced by one native clock read (``time.monotonic``: an empty C call, a
+    ``clock_gettime`` and a float), the least a ``call_later`` can do."""
+    clock = time.monotonic
+    ring: deque[float] = deque([0.0])
+    rounds = max(1, ops // OPS_PER_ITERATION)
+    start = time.perf_counter()
+    for _ in range(rounds):
+        for _ in range(OPS_PER_ITERATION):
+            ring.append(clock())
+            ring.popleft()
+    return rounds * OPS_PER_ITERATION / (time.perf_counter() - start)
+
+
 # -- 0. the sans-IO core alone ------------------------------------------------------------------
 
 
