@@ -71,7 +71,6 @@ def _ext_modules() -> list[Any]:
         return []
     try:
         from mypyc.build import mypycify
-
         from setuptools import Extension
 
         extensions = mypycify(_compiled_modules(), opt_level="3", group_name="aiowheel._mypyc")

@@ -511,7 +511,9 @@ class Engine(Owner):
         core = self._core
         if core is None:
             return None
-        core.route(threshold, near_pad, near_call_at, near_call_later, slow_call_at, slow_call_later)
+        core.route(
+            threshold, near_pad, near_call_at, near_call_later, slow_call_at, slow_call_later
+        )
         self._sync_core()
         return core.call_at, core.call_later
 

@@ -55,7 +55,7 @@ def test_targets_are_listed_when_asked_with_what_a_miss_means(
     out = capsys.readouterr().out
     assert "Targets are the project's own aims" in out
     assert "not that anything is broken" in out
-    assert "timeout CM >= 2x asyncio.timeout on asyncio:" in out
+    assert "timeout CM >= 3x asyncio.timeout on asyncio:" in out
     assert "[met]" in out or "[MISSED]" in out
 
 
