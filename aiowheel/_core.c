@@ -29,9 +29,18 @@
  * float, bit for bit); otherwise it calls the clock it was given (loop.time of another base, a
  * replaced loop.time, a virtual clock). It never caches "now" for a deadline.
  *
- * Free-threading. Every Core method runs under the GIL today. The state a Core owns is only
- * touched from its methods and its handles' cancel(), so a per-Core critical section
- * (Py_BEGIN_CRITICAL_SECTION) around those is all a free-threaded build needs.
+ * Free-threading (3.13t+, Py_GIL_DISABLED). The state a Core owns is only touched from its
+ * methods, its handles' cancel() and their run, so one per-Core critical section
+ * (Py_BEGIN_CRITICAL_SECTION, free on GIL builds, where the macros are an empty block) around
+ * each of those is the whole locking: a loop used from its own thread takes an uncontended
+ * lock, and a handle cancelled from a foreign thread (misuse asyncio does not support, but
+ * which must not corrupt anything) serializes with the loop's thread. Two more things change
+ * there: a handle holds a strong reference to its Core for its whole life (as asyncio's
+ * TimerHandle holds its loop), so cancel() can always lock it, and the Core's traverse reports
+ * the references of its pending handles back to itself (they are its own: without that, an
+ * unclosed loop with timers pending would be a cycle through untracked objects); and there is
+ * no free list (one process-wide list is a data race; mimalloc's per-thread heaps make
+ * allocation cheap there anyway). The module declares Py_MOD_GIL_NOT_USED.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -54,7 +63,14 @@
 #define CANCELLED (-3)
 /* Out-of-wheel ticks are only these three; a pending handle's tick is its deadline tick. */
 
-#ifdef AIOWHEEL_NO_FREELIST /* the ASan build (.ci/asan-suite): every handle freed for real */
+/* Before 3.13 there are no critical sections, and no free-threaded build to need them. */
+#ifndef Py_BEGIN_CRITICAL_SECTION
+#define Py_BEGIN_CRITICAL_SECTION(op) {
+#define Py_END_CRITICAL_SECTION() }
+#endif
+
+/* The ASan build (.ci/asan-suite) frees every handle for real; see above for free-threading. */
+#if defined(AIOWHEEL_NO_FREELIST) || defined(Py_GIL_DISABLED)
 #define FREELIST_MAX 0
 #else
 #define FREELIST_MAX 256
@@ -575,6 +591,9 @@ handle_new(void)
 static void
 handle_dealloc(HandleObject *h)
 {
+#ifdef Py_GIL_DISABLED
+    Py_CLEAR(h->core);
+#endif
     Py_CLEAR(h->callback);
     Py_CLEAR(h->args);
     Py_CLEAR(h->context);
@@ -655,31 +674,42 @@ handle_get_context(HandleObject *h, PyObject *Py_UNUSED(ignored))
 static PyObject *
 handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored))
 {
+    /* What the handle lets go of is released after the critical section: a callback's or an
+     * argument's finalizer may run any code. */
+    PyObject *callback = NULL, *args = NULL, *result = Py_False;
+    int pending = 0;
+    Py_BEGIN_CRITICAL_SECTION(h->core); /* a Core is alive while it is set (see above) */
     if (h->link.prev != NULL) {
         CoreObject *c = h->core;
         if (c->debug && PyThread_get_thread_ident() != c->thread_id) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "a timer must be cancelled from the thread running its event loop; "
-                            "from another thread use loop.call_soon_threadsafe(handle.cancel)");
-            return NULL;
+            result = NULL;
         }
-        wheel_unlink(c, h);
-        c->removed++;
+        else {
+            wheel_unlink(c, h);
+            c->removed++;
+            pending = 1;
+        }
+    }
+    if (result != NULL && (pending || h->tick == DISPATCHED)) {
         h->tick = CANCELLED;
-        PyObject *callback = h->callback, *args = h->args;
+        callback = h->callback;
+        args = h->args;
         h->callback = h->args = NULL;
+        result = Py_True;
+    }
+    Py_END_CRITICAL_SECTION();
+    if (result == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "a timer must be cancelled from the thread running its event loop; "
+                        "from another thread use loop.call_soon_threadsafe(handle.cancel)");
+        return NULL;
+    }
+    if (pending) {
         Py_DECREF(h); /* the wheel's reference: the caller holds one */
-        Py_XDECREF(callback);
-        Py_XDECREF(args);
-        Py_RETURN_TRUE;
     }
-    if (h->tick != DISPATCHED) {
-        Py_RETURN_FALSE;
-    }
-    h->tick = CANCELLED;
-    Py_CLEAR(h->callback);
-    Py_CLEAR(h->args);
-    Py_RETURN_TRUE;
+    Py_XDECREF(callback);
+    Py_XDECREF(args);
+    return Py_NewRef(result);
 }
 
 static PyObject *
@@ -751,26 +781,27 @@ done:
 static int
 handle_run(HandleObject *h)
 {
-    if (h->tick != DISPATCHED) {
-        return 0; /* cancelled after it was dispatched */
+    PyObject *callback = NULL, *args = NULL, *context = NULL;
+    Py_BEGIN_CRITICAL_SECTION(h->core); /* against a cancel() from another thread */
+    if (h->tick == DISPATCHED) { /* else cancelled after it was dispatched */
+        h->tick = RAN;
+        if (h->callback != NULL && h->args != NULL && h->context != NULL) {
+            callback = Py_NewRef(h->callback);
+            args = Py_NewRef(h->args);
+            context = Py_NewRef(h->context);
+        }
     }
-    h->tick = RAN;
-    PyObject *callback = h->callback, *args = h->args, *context = h->context;
-    if (callback == NULL || args == NULL || context == NULL) {
+    Py_END_CRITICAL_SECTION();
+    if (callback == NULL) {
         return 0;
     }
-    Py_INCREF(callback);
-    Py_INCREF(args);
     if (context == g_empty_context) {
-        context = PyContext_New(); /* a fresh one per run: nothing leaks between runs */
+        Py_SETREF(context, PyContext_New()); /* a fresh one per run: nothing leaks between runs */
         if (context == NULL) {
             Py_DECREF(callback);
             Py_DECREF(args);
             return -1;
         }
-    }
-    else {
-        Py_INCREF(context);
     }
     PyObject *res = NULL;
     if (PyContext_Enter(context) == 0) {
@@ -941,13 +972,28 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
     }
     h->args = tuple;
     h->callback = Py_NewRef(callback);
+#ifdef Py_GIL_DISABLED
+    h->core = (CoreObject *)Py_NewRef((PyObject *)c); /* released in handle_dealloc */
+#else
     h->core = c;
+#endif
     Py_INCREF(h); /* the wheel's */
     if (core_arm_if_earlier(c, wheel_insert(c, h, tick_for(c, when))) < 0) {
         Py_DECREF(h);
         return NULL;
     }
     return (PyObject *)h;
+}
+
+static PyObject *
+core_file_locked(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
+                 Py_ssize_t nargs, PyObject *context)
+{
+    PyObject *res;
+    Py_BEGIN_CRITICAL_SECTION(c);
+    res = core_file(c, when, callback, args, nargs, context);
+    Py_END_CRITICAL_SECTION();
+    return res;
 }
 
 static PyObject *
@@ -962,8 +1008,8 @@ core_file_method(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *tuple = args[2];
-    return core_file(c, when, args[1], &PyTuple_GET_ITEM(tuple, 0), PyTuple_GET_SIZE(tuple),
-                     args[3] == Py_None ? NULL : args[3]);
+    return core_file_locked(c, when, args[1], &PyTuple_GET_ITEM(tuple, 0),
+                            PyTuple_GET_SIZE(tuple), args[3] == Py_None ? NULL : args[3]);
 }
 
 /* A deadline as the router reads it: 1 for a float, or an int that converts exactly. */
@@ -1058,7 +1104,7 @@ core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwna
         if (Py_TYPE(args[1])->tp_call == NULL) { /* PyCallable_Check, inline */
             goto slow;
         }
-        return core_file(c, when, args[1], args + 2, nargs - 2, context);
+        return core_file_locked(c, when, args[1], args + 2, nargs - 2, context);
     }
     if (ahead == ahead) { /* near, and not NaN: straight to the loop's heap */
         if (c->near_pad && ahead > 0) {
@@ -1094,10 +1140,13 @@ core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *k
         if (Py_TYPE(args[1])->tp_call == NULL) { /* PyCallable_Check, inline */
             goto slow;
         }
-        if (core_now(c, &now) < 0) {
-            return NULL;
-        }
-        return core_file(c, now + delay, args[1], args + 2, nargs - 2, context);
+        PyObject *res;
+        Py_BEGIN_CRITICAL_SECTION(c);
+        res = core_now(c, &now) < 0 ? NULL
+                                    : core_file(c, now + delay, args[1], args + 2, nargs - 2,
+                                                context);
+        Py_END_CRITICAL_SECTION();
+        return res;
     }
     if (delay == delay) {
         if (c->near_pad && delay > 0) {
@@ -1632,6 +1681,9 @@ core_traverse(CoreObject *c, visitproc visit, void *arg)
                 Py_VISIT(h->callback);
                 Py_VISIT(h->args);
                 Py_VISIT(h->context);
+#ifdef Py_GIL_DISABLED
+                Py_VISIT(h->core); /* the Core itself: a pending handle's reference is its own */
+#endif
             }
         }
     }
@@ -1687,6 +1739,38 @@ core_dealloc(CoreObject *c)
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
+/* The engine's side of the Core, each under the Core's critical section (see the top). */
+#define LOCKED_O(name)                                                   \
+    static PyObject *name##_locked(CoreObject *c, PyObject *arg)         \
+    {                                                                    \
+        PyObject *res;                                                   \
+        Py_BEGIN_CRITICAL_SECTION(c);                                    \
+        res = name(c, arg);                                              \
+        Py_END_CRITICAL_SECTION();                                       \
+        return res;                                                      \
+    }
+#define LOCKED_FAST(name)                                                                     \
+    static PyObject *name##_locked(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)   \
+    {                                                                                         \
+        PyObject *res;                                                                        \
+        Py_BEGIN_CRITICAL_SECTION(c);                                                         \
+        res = name(c, args, nargs);                                                           \
+        Py_END_CRITICAL_SECTION();                                                            \
+        return res;                                                                           \
+    }
+LOCKED_O(core_next_expiration)
+LOCKED_FAST(core_advance)
+LOCKED_O(core_entries)
+LOCKED_O(core_drain)
+LOCKED_O(core_close)
+LOCKED_O(core_rebase)
+LOCKED_FAST(core_set_clock)
+LOCKED_O(core_set_armed)
+LOCKED_FAST(core_update)
+LOCKED_FAST(core_route)
+LOCKED_O(core_check)
+LOCKED_O(core_queued_at)
+
 static PyMethodDef core_methods[] = {
     {"call_at", (PyCFunction)(void (*)(void))core_call_at, METH_FASTCALL | METH_KEYWORDS,
      "call_at($self, when, callback, *args, context=None)\n--\n\n"
@@ -1696,19 +1780,19 @@ static PyMethodDef core_methods[] = {
      "A loop-mode loop's ``call_later`` (see call_at)."},
     {"file", (PyCFunction)(void (*)(void))core_file_method, METH_FASTCALL,
      "file($self, when, callback, args, context, /)\n--\n\nFile callback(*args) for when."},
-    {"next_expiration", (PyCFunction)core_next_expiration, METH_NOARGS, NULL},
-    {"advance", (PyCFunction)(void (*)(void))core_advance, METH_FASTCALL, NULL},
+    {"next_expiration", (PyCFunction)core_next_expiration_locked, METH_NOARGS, NULL},
+    {"advance", (PyCFunction)(void (*)(void))core_advance_locked, METH_FASTCALL, NULL},
     {"run", (PyCFunction)core_run, METH_O, NULL},
-    {"entries", (PyCFunction)core_entries, METH_NOARGS, NULL},
-    {"drain", (PyCFunction)core_drain, METH_NOARGS, NULL},
-    {"close", (PyCFunction)core_close, METH_NOARGS, NULL},
-    {"rebase", (PyCFunction)core_rebase, METH_O, NULL},
-    {"set_clock", (PyCFunction)(void (*)(void))core_set_clock, METH_FASTCALL, NULL},
-    {"set_armed", (PyCFunction)core_set_armed, METH_O, NULL},
-    {"update", (PyCFunction)(void (*)(void))core_update, METH_FASTCALL, NULL},
-    {"route", (PyCFunction)(void (*)(void))core_route, METH_FASTCALL, NULL},
-    {"check", (PyCFunction)core_check, METH_NOARGS, NULL},
-    {"queued_at", (PyCFunction)core_queued_at, METH_O, NULL},
+    {"entries", (PyCFunction)core_entries_locked, METH_NOARGS, NULL},
+    {"drain", (PyCFunction)core_drain_locked, METH_NOARGS, NULL},
+    {"close", (PyCFunction)core_close_locked, METH_NOARGS, NULL},
+    {"rebase", (PyCFunction)core_rebase_locked, METH_O, NULL},
+    {"set_clock", (PyCFunction)(void (*)(void))core_set_clock_locked, METH_FASTCALL, NULL},
+    {"set_armed", (PyCFunction)core_set_armed_locked, METH_O, NULL},
+    {"update", (PyCFunction)(void (*)(void))core_update_locked, METH_FASTCALL, NULL},
+    {"route", (PyCFunction)(void (*)(void))core_route_locked, METH_FASTCALL, NULL},
+    {"check", (PyCFunction)core_check_locked, METH_NOARGS, NULL},
+    {"queued_at", (PyCFunction)core_queued_at_locked, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1791,6 +1875,12 @@ PyInit__core(void)
     if (m == NULL) {
         return NULL;
     }
+#ifdef Py_GIL_DISABLED
+    if (PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) { /* see the top */
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
     if (PyModule_AddObjectRef(m, "TimerHandle", (PyObject *)&HandleType) < 0 ||
         PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0) {
         Py_DECREF(m);
