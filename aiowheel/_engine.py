@@ -69,6 +69,7 @@ import contextvars
 import inspect
 import os
 import sys
+import sysconfig
 import threading
 import time
 import warnings
@@ -101,6 +102,14 @@ _get_running_loop: Final = asyncio._get_running_loop
 # running loop lives in the thread state and costs ~25 ns: asked directly.
 _GETPID_IN_RUNNING_LOOP: Final = sys.version_info < (3, 12)
 _get_ident: Final = threading.get_ident
+
+# A free-threaded build (3.14t): no GIL makes one thread's wheel operation atomic with respect
+# to another's, so the calls another thread can make by mistake (a handle's cancel(), loop
+# mode's call_at / call_later into the wheel) check the thread always, not only in debug mode:
+# they raise RuntimeError before anything changes instead of racing the loop's own thread
+# through the wheel's lists. With the GIL they are checked in debug mode only, as asyncio checks
+# its own (a C static here: the check costs GIL builds one test of a constant).
+_FREE_THREADED: Final = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 # Module constants, so that the compiled build reads them from a C static: a builtin or module
 # attribute named in a function is looked up in a dict on every call (~10 ns each).
@@ -873,17 +882,42 @@ class Engine(Owner):
     def _unfile(self, entry: _Timed) -> bool:
         """Take ``entry`` out of the wheel if it is in it; True if it was.
 
-        Like asyncio's, a handle's ``cancel()`` is not thread-safe and is not checked on the
-        hot path; in debug mode it is, as asyncio's debug mode checks its calls: from another
-        thread it raises, before anything changes."""
+        Like asyncio's, a handle's ``cancel()`` is not thread-safe. With the GIL it is checked
+        in debug mode only, as asyncio's debug mode checks its calls; on a free-threaded build
+        always (see ``_FREE_THREADED``): from a thread that is not running the loop it raises,
+        before anything changes (:meth:`_claim_thread`)."""
         if entry._prev is not None:
-            if self._debug and _get_ident() != self._thread_id:
-                raise RuntimeError(
+            if (self._debug or _FREE_THREADED) and _get_ident() != self._thread_id:
+                self._claim_thread(
                     "a timer must be cancelled from the thread running its event loop; from "
                     "another thread use loop.call_soon_threadsafe(handle.cancel)"
                 )
             return self._wheel.remove(entry)
         return False
+
+    def _claim_thread(self, refusal: str) -> None:
+        """The slow path of the thread checks (a cancel in debug mode or on a free-threaded
+        build; loop mode's ``call_at`` / ``call_later`` into the wheel on a free-threaded build):
+        the calling thread is not the one the engine last saw run its loop.
+
+        It becomes the loop's thread if it runs the loop now (a loop made in one thread and run
+        in another) or if the loop is not running at all (set-up before ``run_forever``, which
+        asyncio allows from any thread); otherwise RuntimeError(``refusal``), before anything
+        has changed."""
+        loop = self._bound_loop
+        if loop is None:  # not bound yet, or closed: no loop's thread to keep
+            return
+        if _get_running_loop() is not loop and loop.is_running():
+            raise RuntimeError(refusal)
+        self._thread_id = _get_ident()
+        self._sync_core()
+
+    def _run_here(self) -> None:
+        """This thread is about to run the bound loop (loop mode's ``run_forever``): the
+        thread checks, the native core's included, answer for it from now on."""
+        if not self._closed:
+            self._thread_id = _get_ident()
+            self._sync_core()
 
     def _call(
         self,

@@ -45,6 +45,15 @@ coroutine function, a non-callable) with its messages, and each due callback run
 callback of its own so that slow callbacks are reported as the loop reports its own
 (:mod:`aiowheel._debug`).
 
+Threads. One loop per thread, N threads at once, is asyncio's model and the one a
+free-threaded 3.14t scales with: each loop-mode loop has its own Timer, wheel and native core,
+touched only by the thread running it (its ``run_forever`` makes that thread the wheel's, so a
+loop made in one thread may run in another). Calls from other threads are refused or handed on
+as the engine and :mod:`aiowheel._loopcalls` say. The module-level state here is safe to use
+from many threads at once: the class cache (``_classes``; a new config's class is made under
+``_classes_lock``, so two threads asking at once get the same class) and the watchers list
+(single list operations, read as a tuple).
+
 Never early, for every timer of the loop: a wheel timer runs only once the loop's clock has
 reached its exact deadline (see :mod:`aiowheel._engine`). A timer nearer than ``threshold``
 stays on the base loop's heap, and where that heap would run it early by the loop's own clock
@@ -57,6 +66,7 @@ given, and so is the loop's wake-up for its wheel, which re-checks every deadlin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import numbers
 import sys
@@ -176,6 +186,18 @@ class _LoopMode:
         if name == "time" and "_aiowheel_timer" in self.__dict__:
             _follow_time(self)
 
+    def run_forever(self) -> None:
+        """Run the loop (the base's ``run_forever``; ``run_until_complete`` and
+        ``asyncio.Runner`` come here too). The thread that runs it becomes its wheel's thread
+        first: a loop made in one thread and run in another is one thread's again at once, for
+        the thread checks of debug mode and of free-threaded builds (``Engine._claim_thread``
+        is their slow path if it is not)."""
+        loop: Any = self
+        timer: Timer | None = getattr(self, "_aiowheel_timer", None)
+        if timer is not None and not loop.is_running():  # running: the base refuses, below
+            timer._run_here()
+        super().run_forever()  # type: ignore[misc]
+
     def close(self) -> None:
         """Close the loop; pending timers are dropped silently (their handles read cancelled)."""
         loop: Any = self
@@ -212,7 +234,9 @@ def watch_loops(watcher: LoopWatcher) -> Callable[[], None]:
     _watchers.append(watcher)
 
     def unwatch() -> None:
-        if watcher in _watchers:
+        # One call of list.remove, not "if in: remove": two threads unwatching at once (each
+        # loop's thread reading the list with tuple()) must not both pass the test.
+        with contextlib.suppress(ValueError):
             _watchers.remove(watcher)
 
     return unwatch

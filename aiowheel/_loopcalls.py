@@ -15,6 +15,14 @@ Where a call goes:
 - anything else (NaN, None, a non-number, a non-callable, a closed engine): the slow path,
   which checks it or lets the base loop do so, with the base loop's own messages.
 
+Threads. Like the base loop's, these methods are not thread-safe: another thread hands its
+calls to the loop with ``loop.call_soon_threadsafe``. With the GIL a call for the wheel is
+checked in debug mode only (the base loop's own debug checks, as its ``call_at`` makes them);
+on a free-threaded build always: one from a thread that is not running the loop raises
+RuntimeError before anything is filed (``Engine._claim_thread``; one comparison of thread ids
+when it is the loop's own), where it would otherwise race the loop's thread through the
+wheel. A near call goes to the base loop's heap as the base would take it.
+
 A class apart from the engine because none of this is the engine's business (the thresholds,
 the pads and the base loop's methods are loop mode's), and it keeps each class readable in one
 sitting. It costs nothing measurable: ``self._engine`` is one native attribute read, and
@@ -27,7 +35,7 @@ import contextvars
 from collections.abc import Callable
 from typing import Final
 
-from ._engine import Engine
+from ._engine import _FREE_THREADED, Engine, _get_ident
 
 __all__ = ["LoopCalls"]
 
@@ -36,6 +44,14 @@ _callable: Final = callable
 
 # Int delays below this convert to float exactly; larger ones go to the loop as they are.
 _EXACT_INT: Final = 1 << 53
+
+# What a call for the wheel from a thread that is not running the loop raises on a
+# free-threaded build (asyncio's debug-mode words, then what to do instead).
+_FOREIGN_THREAD: Final = (
+    "Non-thread-safe operation invoked on an event loop other than the current one: "
+    "a loop-mode loop's call_at / call_later must be called from the thread running it; "
+    "from another thread use loop.call_soon_threadsafe()"
+)
 
 
 class LoopCalls:
@@ -103,6 +119,8 @@ class LoopCalls:
             if _callable(callback) and not engine._closed:
                 if engine._debug:
                     self._debug_checks(callback, "call_at")
+                elif _FREE_THREADED and _get_ident() != engine._thread_id:
+                    engine._claim_thread(_FOREIGN_THREAD)
                 return engine._call_callable(deadline, callback, args, context)
         elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
             pad = self._near_pad
@@ -132,6 +150,8 @@ class LoopCalls:
             if _callable(callback) and not engine._closed:
                 if engine._debug:
                     self._debug_checks(callback, "call_later")
+                elif _FREE_THREADED and _get_ident() != engine._thread_id:
+                    engine._claim_thread(_FOREIGN_THREAD)
                 return engine._call_callable(
                     engine._clock() + seconds_ahead, callback, args, context
                 )

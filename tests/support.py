@@ -19,6 +19,7 @@ import selectors
 import socket
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,9 @@ installed wheel's (CI runs the suite against a manylinux wheel too)."""
 
 Base = type[asyncio.AbstractEventLoop] | None
 """A base loop class as ``aiowheel.run(base=...)`` takes it (None: asyncio's default)."""
+
+FREE_THREADED: bool = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+"""A free-threaded interpreter (3.14t): no GIL serializes the threads of a test."""
 
 BASES: dict[str, Base] = aiowheel.loops.installed()
 """Every base loop installed here, by name: asyncio and uvloop always (the dev extra), rloop
