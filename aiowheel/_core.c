@@ -1823,6 +1823,82 @@ static PyTypeObject CoreType = {
     .tp_new = core_new,
 };
 
+/* -- DONE: an awaitable already finished -------------------------------------------------------
+ *
+ * ``await DONE`` is None at once: its __await__ is itself, an iterator already exhausted, so the
+ * interpreter's SEND gets NULL with no exception set, which reads as "returned None" (no
+ * StopIteration is made, nothing is allocated). Timeout.__aexit__ returns it (see
+ * aiowheel._awaiting). Stateless, so one instance serves every await at once, on any thread. */
+
+typedef struct {
+    PyObject_HEAD
+} DoneObject;
+
+static PyObject *
+done_next(PyObject *Py_UNUSED(self))
+{
+    return NULL; /* exhausted: "return None" */
+}
+
+static PyObject *
+done_send(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(value))
+{
+    PyErr_SetNone(PyExc_StopIteration);
+    return NULL;
+}
+
+static PyObject *
+done_throw(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument");
+        return NULL;
+    }
+    PyObject *exc = args[0];
+    if (PyExceptionClass_Check(exc)) {
+        PyErr_SetObject(exc, nargs > 1 ? args[1] : NULL);
+    }
+    else {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    }
+    return NULL;
+}
+
+static PyObject *
+done_close(PyObject *Py_UNUSED(self), PyObject *Py_UNUSED(ignored))
+{
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+done_repr(PyObject *Py_UNUSED(self))
+{
+    return PyUnicode_FromString("aiowheel.DONE");
+}
+
+static PyMethodDef done_methods[] = {
+    {"send", (PyCFunction)done_send, METH_O, NULL},
+    {"throw", (PyCFunction)(void (*)(void))done_throw, METH_FASTCALL, NULL},
+    {"close", (PyCFunction)done_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyAsyncMethods done_as_async = {
+    .am_await = PyObject_SelfIter,
+};
+
+static PyTypeObject DoneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aiowheel._core.Done",
+    .tp_basicsize = sizeof(DoneObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An awaitable already finished: ``await DONE`` is None at once.",
+    .tp_repr = done_repr,
+    .tp_as_async = &done_as_async,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = done_next,
+    .tp_methods = done_methods,
+};
+
 /* -- the module ------------------------------------------------------------------------------ */
 
 static PyObject *
@@ -1861,7 +1937,8 @@ static struct PyModuleDef core_module = {
 PyMODINIT_FUNC
 PyInit__core(void)
 {
-    if (PyType_Ready(&HandleType) < 0 || PyType_Ready(&CoreType) < 0) {
+    if (PyType_Ready(&HandleType) < 0 || PyType_Ready(&CoreType) < 0 ||
+        PyType_Ready(&DoneType) < 0) {
         return NULL;
     }
     g_str_context = PyUnicode_InternFromString("context");
@@ -1881,6 +1958,13 @@ PyInit__core(void)
         return NULL;
     }
 #endif
+    PyObject *done = PyType_GenericAlloc(&DoneType, 0);
+    int added = done == NULL ? -1 : PyModule_AddObjectRef(m, "DONE", done);
+    Py_XDECREF(done);
+    if (added < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddObjectRef(m, "TimerHandle", (PyObject *)&HandleType) < 0 ||
         PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0) {
         Py_DECREF(m);

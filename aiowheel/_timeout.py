@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import enum
 import sys
+from collections.abc import Awaitable
 from types import TracebackType
 from typing import Final, TypeVar, final
 
+from ._awaiting import DONE as _DONE
 from ._entry import Owner, _Timed
 from ._errors import chained
 from ._validate import Seconds, seconds
@@ -166,13 +168,17 @@ class Timeout(_Timed):
         self._cancelling = task.cancelling()
         return self
 
-    async def __aexit__(
+    def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc_val: BaseException | None,
         exc_tb: TracebackType | None,
-    ) -> bool | None:
-        """Disarm; turn this timeout's own cancellation into TimeoutError."""
+    ) -> Awaitable[bool | None]:
+        """Disarm; turn this timeout's own cancellation into TimeoutError.
+
+        The work is done here and an awaitable already finished is returned (see
+        :mod:`aiowheel._awaiting`): ``async with`` awaits it at once, and an exception raised
+        here propagates from the block exactly as one raised by an awaited coroutine."""
         assert self._state in (_ENTERED, _EXPIRING)
         if self._prev is not None:
             self._owner._unfile(self)
@@ -201,7 +207,7 @@ class Timeout(_Timed):
         elif self._state is _ENTERED:
             self._state = _EXITED
 
-        return None
+        return _DONE
 
     def _on_timeout(self) -> None:
         if self._state is not _ENTERED:

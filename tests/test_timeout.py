@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import math
 import sys
 from collections.abc import Callable
@@ -398,3 +400,20 @@ async def test_reschedule_and_feed_from_another_thread_raise_and_change_nothing(
             assert all("thread" in str(e) for e in errors), errors
             assert (cm.when(), dog.when()) == (deadline, dog_deadline)
         dog.cancel()
+
+
+async def test_leaving_returns_a_finished_awaitable_that_every_await_reads_as_none() -> None:
+    # __aexit__ disarms when called and returns an awaitable already finished (both builds):
+    # async with and AsyncExitStack await it at once; awaiting it again is harmless.
+    cm = aiowheel.timeout(10)
+    await cm.__aenter__()
+    assert "active" in repr(cm)
+    leaving = cm.__aexit__(None, None, None)
+    assert "finished" in repr(cm)
+    assert inspect.isawaitable(leaving)
+    assert await leaving is None
+    assert await leaving is None
+    async with contextlib.AsyncExitStack() as stack:
+        inner = await stack.enter_async_context(aiowheel.timeout(10))
+        assert "active" in repr(inner)
+    assert "finished" in repr(inner)
