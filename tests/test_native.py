@@ -374,3 +374,33 @@ def test_an_unclosed_loop_with_timers_pending_is_collected() -> None:
         gc.collect()
         gc.collect()
     assert [ref for ref in loops if ref() is not None] == []
+
+
+def test_timers_filed_from_an_empty_context_share_it_and_leave_its_count_flat() -> None:
+    # From an empty current context no copy is made: the handle keeps the shared empty one,
+    # and gets a fresh context per run (what a copy would have been).
+    from aiowheel._handles import EMPTY_CONTEXT
+
+    core = native.Core(lambda: None, 0.001, 64, 0.0, None)
+    var: contextvars.ContextVar[int] = contextvars.ContextVar("var")
+
+    def cycles(n: int) -> list[Any]:
+        handles = [core.file(1e6, print, (), None) for _ in range(n)]
+        for handle in handles:
+            handle.cancel()
+        return handles
+
+    contextvars.Context().run(cycles, 1000)  # warm up
+    before = sys.getrefcount(EMPTY_CONTEXT)
+    kept = contextvars.Context().run(cycles, 100_000)
+    assert sys.getrefcount(EMPTY_CONTEXT) == before + len(kept)  # each handle holds it
+    del kept
+    assert sys.getrefcount(EMPTY_CONTEXT) == before
+    # A variable set in the current context: that handle gets a copy holding it.
+    def filed_with_a_variable() -> Any:
+        var.set(7)
+        return core.file(1e6, print, (), None)
+
+    handle = contextvars.Context().run(filed_with_a_variable)
+    assert handle.get_context()[var] == 7
+    assert handle.cancel()
