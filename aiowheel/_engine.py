@@ -55,6 +55,22 @@ Loop mode (:mod:`aiowheel._loop`). A loop's own engine has no reaper task: its w
 callback (:meth:`Engine._drive`) advances the wheel, re-arms and runs the due callbacks inline.
 Any other Timer bound to such a loop keeps its task but files its wake-up on the loop's heap too.
 
+Native core (compiled build, :mod:`aiowheel._core`, written in C). The engine owns two wheels
+on one tick grid: its own (mypyc) for aiowheel's entries (timeouts, heartbeats, sleepers,
+scheduled starts: mypyc classes whose methods it calls natively) and the Core's for every
+*callback* handle (loop mode's ``call_at`` / ``call_later``, ``Timer.call_at`` / ``call_later``).
+A callback handle's whole life (filed by the loop's ``call_later``, which is the Core's own
+FASTCALL function installed on the loop; ``cancel()``; its run in the due batch) then stays in
+C, which is where the per-call cost was (a GC-tracked handle, mypyc's argument parsing, the
+clock through a Python call); an entry of aiowheel's own would cost a crossing per operation
+(15-25 ns) for nothing, since its methods are compiled already. Composition the other way (a C
+entry owned by each mypyc object) was rejected for that reason. Each pass advances both wheels
+to the same tick, merges their due batches by deadline (``_merged``), and arms one wake-up
+for the earlier of their next expirations; the Core calls back into the engine only to say that
+a bucket earlier than the armed wake-up was queued (:meth:`Engine._arm`). The pure-Python build
+has no Core: its callback handles live in the one wheel, and it is the Core's reference
+(``tests/test_native.py`` feeds both the same random operations and programs).
+
 Failure. If the reaper task is cancelled from outside (``asyncio.run`` does this to every task
 at exit) or dies of a bug, the engine closes itself (:meth:`Engine._on_reaper_done`, then
 :meth:`Engine._shutdown`): pending sleepers and scheduled futures fail
