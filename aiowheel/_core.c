@@ -1037,12 +1037,15 @@ static PyObject *
 hand_over(PyObject *method, PyObject *time, PyObject *const *args, Py_ssize_t nargs,
           PyObject *context)
 {
-    PyObject *small[8];
+    /* One slot more in front: PY_VECTORCALL_ARGUMENTS_OFFSET lets a bound method (the base's
+     * call_at / call_later) put its self there instead of copying the arguments again. */
+    PyObject *small[9];
     Py_ssize_t total = nargs + (context != NULL);
-    PyObject **stack = total <= 8 ? small : PyMem_Malloc(total * sizeof(PyObject *));
-    if (stack == NULL) {
+    PyObject **block = total <= 8 ? small : PyMem_Malloc((total + 1) * sizeof(PyObject *));
+    if (block == NULL) {
         return PyErr_NoMemory();
     }
+    PyObject **stack = block + 1;
     stack[0] = time;
     for (Py_ssize_t i = 1; i < nargs; i++) {
         stack[i] = args[i];
@@ -1051,14 +1054,16 @@ hand_over(PyObject *method, PyObject *time, PyObject *const *args, Py_ssize_t na
     if (context != NULL) {
         stack[nargs] = context;
         PyObject *names = PyTuple_Pack(1, g_str_context);
-        res = names ? PyObject_Vectorcall(method, stack, nargs, names) : NULL;
+        res = names ? PyObject_Vectorcall(method, stack, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                          names)
+                    : NULL;
         Py_XDECREF(names);
     }
     else {
-        res = PyObject_Vectorcall(method, stack, nargs, NULL);
+        res = PyObject_Vectorcall(method, stack, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     }
-    if (stack != small) {
-        PyMem_Free(stack);
+    if (block != small) {
+        PyMem_Free(block);
     }
     return res;
 }
@@ -1149,6 +1154,22 @@ core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *k
         return res;
     }
     if (delay == delay) {
+        if (c->near_call_later == NULL) {
+            /* asyncio's call_later is call_at(self.time() + delay): here, without its Python
+             * frame and without coming back through call_at (the near lane ran at 0.78x
+             * asyncio's own through them; fast only outside debug mode, so there is no
+             * source traceback to trim as asyncio's call_later does). */
+            if (core_now(c, &now) < 0) {
+                return NULL;
+            }
+            PyObject *when = PyFloat_FromDouble(now + delay + (delay > 0 ? c->near_pad : 0.0));
+            if (when == NULL) {
+                return NULL;
+            }
+            PyObject *res = hand_over(c->near_call_at, when, args, nargs, context);
+            Py_DECREF(when);
+            return res;
+        }
         if (c->near_pad && delay > 0) {
             PyObject *padded = PyFloat_FromDouble(delay + c->near_pad);
             if (padded == NULL) {
@@ -1468,7 +1489,8 @@ core_route(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
     c->threshold = threshold;
     c->near_pad = pad;
     Py_XSETREF(c->near_call_at, Py_NewRef(args[2]));
-    Py_XSETREF(c->near_call_later, Py_NewRef(args[3]));
+    /* None: the base's call_later is asyncio's, call_at(time() + delay), done here. */
+    Py_XSETREF(c->near_call_later, args[3] == Py_None ? NULL : Py_NewRef(args[3]));
     Py_XSETREF(c->slow_call_at, Py_NewRef(args[4]));
     Py_XSETREF(c->slow_call_later, Py_NewRef(args[5]));
     Py_RETURN_NONE;
@@ -1899,6 +1921,48 @@ static PyTypeObject DoneType = {
     .tp_methods = done_methods,
 };
 
+/* -- loop_setattr: a loop-mode class's __setattr__ -------------------------------------------
+ *
+ * A loop-mode loop watches one attribute name: ``time`` replaced on the instance (a test's
+ * fake clock) moves the engine and the base heap onto it (aiowheel._loop's _follow_time). As a
+ * Python __setattr__ that was a frame and a super() lookup on every attribute the base loop
+ * sets, and asyncio sets one on every cancel of a handle on its heap (_timer_cancelled_count):
+ * loop mode's near timers ran at 0.89x asyncio's own for it. This is the same method in C: a
+ * method descriptor (so the class's slot calls it with the instance, without a frame) doing
+ * object.__setattr__ and calling the watcher for ``time`` only. Used where the base loop's own
+ * __setattr__ is object's (asyncio, uvloop, rloop and zuvloop's). */
+
+static PyObject *g_time_replaced = NULL; /* aiowheel._loop._time_replaced */
+
+static PyObject *
+loop_setattr(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "expected 2 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *name = args[0];
+    if (PyObject_GenericSetAttr(self, name, args[1]) < 0) {
+        return NULL;
+    }
+    if (g_time_replaced != NULL && PyUnicode_Check(name) &&
+        PyUnicode_CompareWithASCIIString(name, "time") == 0) {
+        return PyObject_CallOneArg(g_time_replaced, self);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef loop_setattr_def = {
+    "__setattr__", (PyCFunction)(void (*)(void))loop_setattr, METH_FASTCALL,
+    "Implement setattr(self, name, value); a replaced ``time`` moves the wheel onto it."};
+
+static PyObject *
+watch_time(PyObject *Py_UNUSED(module), PyObject *callback)
+{
+    Py_XSETREF(g_time_replaced, Py_NewRef(callback));
+    Py_RETURN_NONE;
+}
+
 /* -- the module ------------------------------------------------------------------------------ */
 
 static PyObject *
@@ -1923,6 +1987,7 @@ freelist_size(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 static PyMethodDef module_methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
     {"freelist_size", (PyCFunction)freelist_size, METH_NOARGS, NULL},
+    {"watch_time", (PyCFunction)watch_time, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1958,6 +2023,13 @@ PyInit__core(void)
         return NULL;
     }
 #endif
+    PyObject *setattr_descr = PyDescr_NewMethod(&PyBaseObject_Type, &loop_setattr_def);
+    int set = setattr_descr == NULL ? -1 : PyModule_AddObjectRef(m, "loop_setattr", setattr_descr);
+    Py_XDECREF(setattr_descr);
+    if (set < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     PyObject *done = PyType_GenericAlloc(&DoneType, 0);
     int added = done == NULL ? -1 : PyModule_AddObjectRef(m, "DONE", done);
     Py_XDECREF(done);

@@ -2,7 +2,7 @@
 
 import asyncio
 import contextvars
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 class TimerHandle:
@@ -64,11 +64,16 @@ class Core:
         threshold: float,
         near_pad: float,
         near_call_at: Callable[..., object],
-        near_call_later: Callable[..., object],
+        near_call_later: Callable[..., object] | None,
         slow_call_at: Callable[..., object],
         slow_call_later: Callable[..., object],
     ) -> None: ...
     def check(self) -> None: ...
+
+DONE: Awaitable[None]
+loop_setattr: Any
+
+def watch_time(callback: Callable[[Any], object], /) -> None: ...
 
 def setup(
     callback_repr: Callable[[Callable[..., object]], str],

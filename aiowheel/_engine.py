@@ -526,13 +526,14 @@ class Engine(Owner):
         threshold: float,
         near_pad: float,
         near_call_at: Callable[..., object],
-        near_call_later: Callable[..., object],
+        near_call_later: Callable[..., object] | None,
         slow_call_at: Callable[..., object],
         slow_call_later: Callable[..., object],
     ) -> tuple[Callable[..., object], Callable[..., object]] | None:
         """Loop mode's ``call_at`` / ``call_later`` in the native core, routing as
         :class:`~aiowheel._loopcalls.LoopCalls` does (whose methods are the slow path it hands
-        every other call to); None without a core."""
+        every other call to); None without a core. ``near_call_later`` None: the base's is
+        asyncio's, ``call_at(time() + delay)``, which the core does itself."""
         core = self._core
         if core is None:
             return None

@@ -77,7 +77,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final, TypeVar
 
-from . import _validate, _virtual
+from . import _engine, _validate, _virtual
 from ._loopcalls import LoopCalls
 from ._timer import Timer
 from ._virtual import VirtualClock, VirtualTime
@@ -177,14 +177,16 @@ class _LoopMode:
     # iteration, uvloop's native code none through here).
 
     def __setattr__(self, name: str, value: Any) -> None:
+        # The compiled build's loop classes have aiowheel._core.loop_setattr instead (the same
+        # in C: this method was a frame on every attribute the base loop sets; _loop_class).
         super().__setattr__(name, value)
-        if name == "time" and "_aiowheel_timer" in self.__dict__:
-            _follow_time(self)
+        if name == "time":
+            _time_replaced(self)
 
     def __delattr__(self, name: str) -> None:
         super().__delattr__(name)
-        if name == "time" and "_aiowheel_timer" in self.__dict__:
-            _follow_time(self)
+        if name == "time":
+            _time_replaced(self)
 
     def run_forever(self) -> None:
         """Run the loop (the base's ``run_forever``; ``run_until_complete`` and
@@ -275,13 +277,19 @@ def _install(loop: Any, config: LoopConfig) -> None:
         config.threshold,
         _near_pad(config.base),
         heap.near_call_at,
-        heap.near_call_later,
+        None if heap.reenters_at else heap.near_call_later,  # asyncio's: done in the core
         calls.call_at,
         calls.call_later,
     )
     loop.call_at, loop.call_later = front or (calls.call_at, calls.call_later)
     if config.clock is not None:
         timer._use_clock(clock.time, wake_at)  # the clock's own method: no loop frame
+
+
+def _time_replaced(loop: Any) -> None:
+    """``loop.time`` was set or deleted on the instance: follow it once the loop is set up."""
+    if "_aiowheel_timer" in loop.__dict__:
+        _follow_time(loop)
 
 
 def _follow_time(loop: Any) -> None:
@@ -302,6 +310,11 @@ def _follow_time(loop: Any) -> None:
 
 
 _ASYNCIO_CALL_AT: Final = asyncio.BaseEventLoop.call_at
+
+# The native core (compiled build), for the loop classes' __setattr__; None in the pure build.
+_native: Any = _engine.native
+if _native is not None:
+    _native.watch_time(_time_replaced)
 
 
 class _WakeUp(asyncio.TimerHandle):
@@ -506,15 +519,18 @@ def _loop_class(config: LoopConfig) -> type[asyncio.AbstractEventLoop]:
             if cls is None:
                 base = config.base
                 virtual = config.clock is not None
+                namespace: dict[str, Any] = {
+                    "__module__": __name__,
+                    "__doc__": f"{base.__name__} with its timers on an aiowheel wheel"
+                    + (", on a virtual clock." if virtual else "."),
+                    "_aiowheel_config": config,
+                }
+                if _native is not None and base.__setattr__ is object.__setattr__:
+                    namespace["__setattr__"] = _native.loop_setattr  # _LoopMode's, in C
                 cls = type(
                     f"{'Virtual' if virtual else ''}Wheel{base.__name__.lstrip('_')}",
                     (_VirtualMode, _LoopMode, base) if virtual else (_LoopMode, base),
-                    {
-                        "__module__": __name__,
-                        "__doc__": f"{base.__name__} with its timers on an aiowheel wheel"
-                        + (", on a virtual clock." if virtual else "."),
-                        "_aiowheel_config": config,
-                    },
+                    namespace,
                 )
                 _classes[config] = cls
     return cls
