@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,3 +142,46 @@ def test_the_virtual_time_bench_fails_a_wrong_run() -> None:
     assert virtual.check_sleepers("aiowheel/asyncio", unordered, 2) == (
         "sleepers woke out of deadline order"
     )
+
+
+def test_the_threads_bench_runs_each_loop_in_1_and_2_threads_and_tabulates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import threads
+
+    out_json = tmp_path / "threads.json"
+    assert threads.main(["--rounds", "2", "--ops", "3000", "--requests", "1000",
+                         "--json", str(out_json)]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "2 vs 1" in out
+    assert "goal churn loop-mode/asyncio: 2 threads" in out
+    document = json.loads(out_json.read_text())
+    for workload in ("churn", "timeouts"):
+        results = document["results"][workload]
+        assert {"asyncio", "uvloop", "loop-mode/asyncio", "loop-mode/uvloop"} <= set(results)
+        for by_count in results.values():
+            assert set(by_count) == {"1", "2"}  # (JSON keys)
+            assert all(len(rates) == 2 and min(rates) > 0 for rates in by_count.values())
+
+
+def test_the_threads_bench_checks_its_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short timer that never fired, or fired early, fails the run rather than timing it."""
+    import asyncio
+
+    from bench import threads
+
+    def lossy() -> asyncio.AbstractEventLoop:
+        loop = asyncio.new_event_loop()
+        real = loop.call_later
+
+        def call_later(delay: float, callback: Any, *args: Any) -> Any:
+            if delay == threads.SHORT_DELAY:  # the short timers are lost
+                return real(3600, callback, *args)
+            return real(delay, callback, *args)
+
+        loop.call_later = call_later  # type: ignore[method-assign]
+        return loop
+
+    monkeypatch.setattr(threads, "DRAIN", 0.1)
+    with pytest.raises(AssertionError, match=r"^0 of 30 done$"):
+        threads.run_threads(lossy, False, threads.churn, 3000, 1)
