@@ -404,3 +404,30 @@ def test_timers_filed_from_an_empty_context_share_it_and_leave_its_count_flat() 
     handle = contextvars.Context().run(filed_with_a_variable)
     assert handle.get_context()[var] == 7
     assert handle.cancel()
+
+
+@pytest.mark.parametrize("pattern", ["interleaved", "descending", "random", "sorted"])
+def test_a_due_batch_is_in_deadline_order_and_equal_deadlines_in_filing_order(
+    pattern: str,
+) -> None:
+    # The batch is sorted by a natural merge sort (runs found, then merged): every shape of
+    # input, against Python's own stable sort of the same (deadline, filing index) pairs.
+    clock = [0.0]
+    core = native.Core(lambda: None, 0.001, 64, 0.0, lambda: clock[0])
+    rng = random.Random(pattern)
+    n = 5000
+    offsets = {
+        "interleaved": [i % 97 for i in range(n)],
+        "descending": [n - i for i in range(n)],
+        "random": [rng.randrange(300) for _ in range(n)],
+        "sorted": [i // 3 for i in range(n)],
+    }[pattern]
+    filed = [(0.0105 + offset * 1e-7, i) for i, offset in enumerate(offsets)]
+    for when, i in filed:
+        core.file(when, print, (i,), None)
+    clock[0] = 0.02
+    batch, fired, _, _ = core.advance(20, 0.02, 0.0, 0.0)
+    assert fired == n
+    assert [(h.when(), h._args[0]) for h in batch] == sorted(filed, key=lambda pair: pair[0])
+    for handle in batch:
+        handle.cancel()
