@@ -185,3 +185,31 @@ def test_the_threads_bench_checks_its_work(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(threads, "DRAIN", 0.1)
     with pytest.raises(AssertionError, match=r"^0 of 30 done$"):
         threads.run_threads(lossy, False, threads.churn, 3000, 1)
+
+
+def test_the_floor_bench_compiles_its_stub_and_times_every_loop(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """bench.floor builds its C stub here and times it beside each loop and loop mode."""
+    from bench import floor
+
+    assert floor.main(["--rounds", "1", "--ops", "2000"]) == 0
+    out = capsys.readouterr().out
+    import aiowheel.loops
+
+    timed = {line.split()[0] for line in out.splitlines()[1:]}
+    assert {"clock", "stub"} <= timed
+    for name in aiowheel.loops.installed():
+        assert {f"loop/{name}", f"loop-mode/{name}"} <= timed
+    # Every figure is a number of nanoseconds: "name median M (best B, worst W)".
+    for line in out.splitlines()[1:]:
+        median = float(line.split()[2])
+        assert median > 0
+
+
+def test_the_floor_stub_takes_call_laters_arguments_and_cancels(tmp_path: Path) -> None:
+    from bench import floor
+
+    stub = floor.build_stub(tmp_path)
+    handles = [stub.call_later(30.0, print) for _ in range(3)]
+    assert [handle.cancel() for handle in handles] == [True, True, True]
