@@ -48,6 +48,7 @@ import aiowheel
 import aiowheel.loops
 
 GOAL = 1.7
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 """Loop mode's 2-thread throughput over its 1-thread throughput, on a free-threaded build."""
 
 PENDING = 1_000
@@ -241,6 +242,9 @@ def goal_lines(
     """Loop mode's scaling against :data:`GOAL`, per workload and base (2 threads vs 1)."""
     if 1 not in counts or 2 not in counts:
         return []
+    if not FREE_THREADED:
+        return ["  goal (loop mode at 2 threads >= 1.7x one): for free-threaded builds; with the "
+                "GIL, threads take turns"]  # fmt: skip
     lines = []
     for workload, by_name in results.items():
         for name, by_count in by_name.items():
@@ -267,7 +271,7 @@ def main(argv: list[str]) -> int:
     counts = sorted({int(n) for n in args.threads.split(",")})
     only = args.contenders.split(",") if args.contenders else None
     sizes = {"churn": args.ops, "timeouts": max(args.requests // TASKS, 1) * TASKS}
-    free = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    free = FREE_THREADED
     gil = sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True
     header = (
         f"Python {sys.version.split()[0]}{'t' if free else ''} "
