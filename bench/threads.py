@@ -1,6 +1,7 @@
 """Scaling with threads: one event loop per thread, 1 thread against 2, on each loop.
 
-``python -m bench.threads [--rounds N] [--threads 1,2] [--ops N] [--requests N] [--json PATH]``
+``python -m bench.threads [--rounds N] [--threads 1,2] [--ops N] [--requests N] [--quiet]
+[--json PATH]``
 runs two workloads in N threads at once, each thread on an event loop of its own (asyncio's
 model, and the way a free-threaded 3.14t uses more than one core):
 
@@ -24,9 +25,11 @@ together to the moment the last one is done (each thread times its own work; the
 before and drained after). Contenders alternate within each of ``--rounds`` rounds (5), and
 within a round 1 and 2 threads run back to back, so a noisy neighbour hurts both alike; the
 table gives each one's median, worst and best, and the scaling: the median over rounds of each
-round's 2-thread throughput over its 1-thread throughput. The goal (issue 28): loop mode at 2
-threads >= 1.7x its 1-thread throughput, on a free-threaded build with 2 cores; with the GIL,
-threads take turns and about 1x is what any loop gets.
+round's 2-thread throughput over its 1-thread throughput. On a shared machine, ``--quiet``
+starts each round once the machine is idle and runs it again if other processes used a CPU
+meanwhile (another process on one of 2 cores halves a 2-thread figure). The goal (issue 28):
+loop mode at 2 threads >= 1.7x its 1-thread throughput, on a free-threaded build with 2 cores;
+with the GIL, threads take turns and about 1x is what any loop gets.
 """
 
 from __future__ import annotations
@@ -183,27 +186,76 @@ def run_threads(
     return threads * size / wall
 
 
+def _busy_seconds() -> float:
+    """CPU-seconds every CPU of the machine has spent busy since boot (Linux's /proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def wait_until_idle(limit: float = 600.0) -> bool:
+    """Wait (up to ``limit`` s) until the machine has been idle for 3 s: under 5% of a CPU
+    busy in each of three 1-s samples. False if it never was."""
+    deadline = time.monotonic() + limit
+    quiet = 0
+    while quiet < 3:
+        if time.monotonic() > deadline:
+            return False
+        before = _busy_seconds()
+        time.sleep(1.0)
+        quiet = quiet + 1 if _busy_seconds() - before < 0.05 else 0
+    return True
+
+
 def measure(
-    rounds: int, counts: list[int], sizes: dict[str, int], only: list[str] | None = None
-) -> dict[str, dict[str, dict[int, list[float]]]]:
-    """{workload: {contender: {threads: [operations per second, one per round]}}}."""
+    rounds: int,
+    counts: list[int],
+    sizes: dict[str, int],
+    only: list[str] | None = None,
+    quiet: bool = False,
+) -> tuple[dict[str, dict[str, dict[int, list[float]]]], int]:
+    """{workload: {contender: {threads: [operations per second, one per round]}}}, and how
+    many rounds were run: with ``quiet``, each round starts once the machine is idle and is
+    run again (up to 5 times) if other processes used 0.5 CPU-second or more meanwhile."""
     found = contenders()
     names = [name for name in found if only is None or name in only]
     results: dict[str, dict[str, dict[int, list[float]]]] = {
         workload: {name: {n: [] for n in counts} for name in names} for workload in WORKLOADS
     }
+    tried = 0
     for round_no in range(rounds):
         order = names if round_no % 2 == 0 else names[::-1]  # alternate who goes first
-        for name in order:
-            factory, helpers = found[name]
-            for workload_name, workload in WORKLOADS.items():
-                for n in counts if round_no % 2 == 0 else counts[::-1]:
-                    rate = run_threads(factory, helpers, workload, sizes[workload_name], n)
-                    results[workload_name][name][n].append(rate)
-                    threads = f"{n} thread{'s' if n > 1 else ' '}"
-                    print(f"  round {round_no + 1}/{rounds} {workload_name:8} {name:22} "
-                          f"{threads} {rate / 1e3:9.1f} k/s", flush=True)  # fmt: skip
-    return results
+        for attempt in range(5 if quiet else 1):
+            if quiet and not wait_until_idle():
+                print("  the machine was never idle: measuring anyway", flush=True)
+            tried += 1
+            busy, own = _busy_seconds() if quiet else 0.0, _own_seconds()
+            this: dict[tuple[str, str, int], float] = {}
+            for name in order:
+                factory, helpers = found[name]
+                for workload_name, workload in WORKLOADS.items():
+                    for n in counts if round_no % 2 == 0 else counts[::-1]:
+                        rate = run_threads(factory, helpers, workload, sizes[workload_name], n)
+                        this[workload_name, name, n] = rate
+                        threads = f"{n} thread{'s' if n > 1 else ' '}"
+                        print(f"  round {round_no + 1}/{rounds} {workload_name:8} {name:22} "
+                              f"{threads} {rate / 1e3:9.1f} k/s", flush=True)  # fmt: skip
+            if quiet:
+                others = (_busy_seconds() - busy) - (_own_seconds() - own)
+                if others >= 0.5 and attempt < 4:
+                    print(f"  round {round_no + 1}: other processes used {others:.1f} "
+                          "CPU-seconds meanwhile: run again", flush=True)  # fmt: skip
+                    continue
+            break
+        for (workload_name, name, n), rate in this.items():
+            results[workload_name][name][n].append(rate)
+    return results, tried
 
 
 def scaling(by_count: dict[int, list[float]], low: int, high: int) -> list[float]:
@@ -266,6 +318,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ops", type=int, default=200_000, help="churn: timers per thread")
     parser.add_argument("--requests", type=int, default=100_000, help="timeouts: per thread")
     parser.add_argument("--contenders", help="comma-separated names (default: all)")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="start each round once the machine is idle; run a round again if other "
+        "processes used a CPU meanwhile (Linux)",
+    )
     parser.add_argument("--json", help="write the raw figures to this file")
     args = parser.parse_args(argv)
     counts = sorted({int(n) for n in args.threads.split(",")})
@@ -279,7 +337,9 @@ def main(argv: list[str]) -> int:
         f", {os.cpu_count()} CPUs, {args.rounds} rounds, threads {counts}"
     )
     print(header, flush=True)
-    results = measure(args.rounds, counts, sizes, only)
+    results, tried = measure(args.rounds, counts, sizes, only, args.quiet)
+    if args.quiet:
+        header += f" ({tried} run for {args.rounds} undisturbed)"
     print(header)
     print(table(results, counts))
     for line in goal_lines(results, counts):
@@ -294,6 +354,7 @@ def main(argv: list[str]) -> int:
                     "compiled": aiowheel.COMPILED,
                     "cpus": os.cpu_count(),
                     "args": vars(args),
+                    "rounds_run": tried,
                     "results": results,
                 },
                 out,

@@ -218,3 +218,17 @@ def test_the_floor_stub_takes_call_laters_arguments_and_cancels(tmp_path: Path) 
     stub = floor.build_stub(tmp_path)
     handles = [stub.call_later(30.0, print) for _ in range(3)]
     assert [handle.cancel() for handle in handles] == [True, True, True]
+
+
+def test_the_threads_bench_runs_a_disturbed_round_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --quiet, a round during which other processes used a CPU is measured again."""
+    from bench import threads
+
+    busy = iter([0.0, 2.0, 2.0, 2.0])  # round 1: 2 CPU-s busy, not ours; its rerun: none
+    monkeypatch.setattr(threads, "wait_until_idle", lambda limit=600.0: True)
+    monkeypatch.setattr(threads, "_busy_seconds", lambda: next(busy))
+    monkeypatch.setattr(threads, "_own_seconds", lambda: 0.0)
+    sizes = {"churn": 1000, "timeouts": 100}
+    results, tried = threads.measure(1, [1], sizes, only=["asyncio"], quiet=True)
+    assert tried == 2
+    assert [len(results[w]["asyncio"][1]) for w in ("churn", "timeouts")] == [1, 1]
