@@ -7,11 +7,12 @@ alternating over ``--rounds`` rounds (7) on fresh loops, the benchmark loop of `
 - **clock**: one native clock read (``time.monotonic()``) in place of the timer: the floor of
   ``bench``'s own schedule target;
 - **stub**: a C function with ``call_later``'s signature that reads ``CLOCK_MONOTONIC``,
-  takes an object from a free list and stores the deadline and the callback in it, whose
-  ``cancel()`` returns True: the same calls, the same clock read, the same allocation pattern
-  as a native timer, and no timer work at all (no wheel, no heap, no context). It is compiled
-  here with the C compiler Python was built with (``sysconfig``'s ``CC``), into a temporary
-  folder;
+  takes an object from a free list (none on a free-threaded build, as the native core keeps
+  none there; the stub declares itself free-threading safe) and stores the deadline and the
+  callback in it, whose ``cancel()`` returns True: the same calls, the same clock read, the
+  same allocation pattern as a native timer, and no timer work at all (no wheel, no heap, no
+  context). It is compiled here with the C compiler Python was built with (``sysconfig``'s
+  ``CC``), into a temporary folder;
 - loop mode on each installed base, and each peer loop's own ``call_later``.
 
 It answers one question: how far can a native ``call_later`` + ``cancel`` be from the fastest
@@ -52,8 +53,12 @@ static Stub *free_list = NULL;
 
 static void stub_dealloc(Stub *s) {
     Py_CLEAR(s->callback);
+#ifdef Py_GIL_DISABLED /* no free list there, as the native core keeps none */
+    PyObject_Free(s);
+#else
     *(Stub **)&s->callback = free_list;
     free_list = s;
+#endif
 }
 static PyObject *stub_cancel(Stub *s, PyObject *unused) { Py_RETURN_TRUE; }
 static PyMethodDef stub_methods[] = {
@@ -87,7 +92,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_aiowheel_floor", NU
                                     module_methods};
 PyMODINIT_FUNC PyInit__aiowheel_floor(void) {
     if (PyType_Ready(&StubType) < 0) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+#ifdef Py_GIL_DISABLED /* else importing it turns the GIL on for the whole process */
+    if (m != NULL && PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+#endif
+    return m;
 }
 """
 

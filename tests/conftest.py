@@ -5,11 +5,16 @@
   (``aiowheel.loop_factory``), where every loop timer is on a wheel.
 - ``base``: a test that takes a ``base`` argument runs once per installed base loop class
   (``aiowheel.loops.installed()``); ``@pytest.mark.bases("asyncio", "uvloop")`` narrows it.
+- On a free-threaded interpreter, the test after which the GIL is on fails: an extension
+  imported without declaring itself free-threading safe turns it on for the whole process,
+  and every test after it would run with the GIL, testing nothing free-threaded.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -64,3 +69,19 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     Objects the tests make are collected as before."""
     gc.collect()
     gc.freeze()
+
+
+_GIL_WAS_OFF = support.FREE_THREADED and not sys._is_gil_enabled()
+
+
+@pytest.fixture(autouse=True)
+def _the_gil_stays_off() -> Iterator[None]:
+    """Fail the test that turned the GIL on (free-threaded interpreters; once: it stays on)."""
+    yield
+    global _GIL_WAS_OFF
+    if _GIL_WAS_OFF and sys._is_gil_enabled():
+        _GIL_WAS_OFF = False
+        pytest.fail(
+            "the GIL is on after this test: something it imported has not declared itself "
+            "free-threading safe (Py_mod_gil), and every later test runs with the GIL"
+        )
