@@ -1,0 +1,110 @@
+"""Request deadlines that stop the work, for aiohttp's web server: ``deadline_middleware``.
+
+The same contract as :class:`aiowheel.asgi.DeadlineMiddleware` (read its module for the
+why): aiohttp runs a request's middlewares and handler in one task, so the middleware awaits
+the handler inside ``aiowheel.timeout_at(...)`` and the deadline's cancellation reaches the
+handler wherever it waits; its ``finally`` blocks run, and nothing of the request is left
+pending. aiohttp cancels a handler when its client disconnects, but has no deadline of its own.
+
+Past the deadline, if the handler has not started its response, the client gets ``status``
+(504) with ``body``. If it has (a ``StreamResponse`` prepared), the ``TimeoutError`` is
+re-raised: aiohttp logs it and closes the connection, so the response is cut off, never passed
+off as complete.
+
+A route's own deadline: ``overrides={"/export": 120, "/items/{id}": 2, "/static/*": 30}``
+(keys match the request's path, or its route's canonical form such as ``/items/{id}``, or a
+prefix ending in ``*``), or :func:`aiowheel.asgi.set_deadline` in the handler. ``header=``
+lets the caller cap it (see :mod:`aiowheel.asgi`). Inside the handler
+:func:`aiowheel.time_left` and :func:`aiowheel.asgi.budget` read the deadline, as under ASGI.
+
+An integration module, like :mod:`aiowheel.gunicorn`: it imports aiohttp (the absolute
+``import aiohttp`` reaches the real package, not this module), and is not compiled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from ._default import get_timer
+from .asgi import DEFAULT_BODY, Body, BudgetExhausted, Expired, _cap, _current, _Request, _Settings
+
+__all__ = ["deadline_middleware"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
+
+
+def deadline_middleware(
+    timeout: float,
+    *,
+    overrides: Mapping[str, float] | None = None,
+    header: str | None = None,
+    status: int = 504,
+    body: Body = DEFAULT_BODY,
+    content_type: str = "application/json",
+) -> Middleware:
+    """An aiohttp middleware putting every request under a deadline that stops its work.
+
+    The arguments are :class:`aiowheel.asgi.DeadlineMiddleware`'s, checked here (ValueError /
+    TypeError naming ``deadline_middleware``)::
+
+        app = web.Application(middlewares=[deadline_middleware(timeout=5)])
+    """
+    settings = _Settings(
+        "deadline_middleware", timeout, overrides, header, status, body, content_type
+    )
+
+    @web.middleware
+    async def request_deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
+        path = request.path
+        if settings.exact or settings.prefixes:
+            route: Any = request.match_info.route
+            resource = getattr(route, "resource", None)
+            canonical = getattr(resource, "canonical", None) if resource is not None else None
+            seconds = settings.seconds_for(path, canonical) if canonical else None
+            if seconds is None:
+                seconds = settings.seconds_for(path)
+        else:
+            seconds = settings.timeout
+        cap = None
+        if settings.header is not None:
+            cap = _cap("deadline_middleware", settings.header, request.headers.get(settings.header))
+            if cap is not None and cap < seconds:
+                seconds = cap
+        timer = get_timer()
+        started = timer.time()
+        state = _Request(started, cap)
+        token = _current.set(state)
+        cm = timer.timeout_at(started + seconds)
+        try:
+            async with cm:
+                state.timeout = cm
+                response = await handler(request)
+        except TimeoutError as exc:
+            ours = cm.expired() or isinstance(exc, BudgetExhausted)
+            if not ours or _started(request):
+                raise  # aiohttp closes the connection: the response is cut off
+        else:
+            return response  # in time (or the handler swallowed its cancellation and answered)
+        finally:
+            _current.reset(token)
+        now = timer.time()
+        when = cm.when()
+        expired = Expired(path, started, now if when is None else when, now)
+        return web.Response(
+            status=settings.status,
+            body=settings.answer(expired),
+            content_type=settings.content_type,
+        )
+
+    return request_deadline
+
+
+def _started(request: web.BaseRequest) -> bool:
+    """Whether the handler has started a response (its headers are written: a prepared
+    ``StreamResponse``), which a second response can no longer replace."""
+    writer = request.writer
+    return writer is not None and writer.output_size > 0
