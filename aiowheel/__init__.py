@@ -44,6 +44,7 @@ from ._engine import native as _native
 from ._errors import PendingLimitError, TimerClosedError
 from ._loop import LoopConfig, LoopFactory, config_of, loop_factory, new_event_loop, run, timer_of
 from ._periodic import Interval, PeriodicHandle, Watchdog
+from ._purgatory import DelayedOperation, Purgatory, PurgatoryStats
 from ._timeout import Timeout
 from ._timer import Timer, TimerStats
 
@@ -65,6 +66,7 @@ del TYPE_CHECKING
 
 __all__ = [
     "COMPILED",
+    "DelayedOperation",
     "Interval",
     "LoopConfig",
     "LoopFactory",
@@ -73,6 +75,8 @@ __all__ = [
     "PendingLimitError",
     "PendingTimer",
     "PeriodicHandle",
+    "Purgatory",
+    "PurgatoryStats",
     "Timeout",
     "Timer",
     "TimerClosedError",

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any, Final, NamedTuple
 
-from . import _engine
+from . import _engine, _purgatory
 from ._engine import Engine, engines_of
 from ._observe import asyncio_timeout_task, classify, lag_bounds, origin_key
 
@@ -52,7 +52,16 @@ __all__ = [
     "track_origins",
 ]
 
-KINDS: Final = ("call", "sleep", "timeout", "heartbeat", "watchdog", "scheduled", "loop")
+KINDS: Final = (
+    "call",
+    "sleep",
+    "timeout",
+    "heartbeat",
+    "watchdog",
+    "scheduled",
+    "purgatory",
+    "loop",
+)
 """The values of :attr:`PendingTimer.kind`."""
 
 
@@ -63,11 +72,13 @@ class PendingTimer(NamedTuple):
     """Its deadline, in loop time (``loop.time()``)."""
     kind: str
     """``"call"`` (``call_at`` / ``call_later``), ``"sleep"``, ``"timeout"``, ``"heartbeat"``
-    (``every``), ``"watchdog"``, ``"scheduled"`` (``schedule_at`` / ``schedule_later``) or
-    ``"loop"`` (on the base loop's own heap)."""
+    (``every``), ``"watchdog"``, ``"scheduled"`` (``schedule_at`` / ``schedule_later``),
+    ``"purgatory"`` (an operation of a :class:`~aiowheel.Purgatory`) or ``"loop"`` (on the
+    base loop's own heap)."""
     callback: Callable[..., object] | None
     """What it calls when it fires, where it calls something of the program's (None for a
-    sleep or a timeout)."""
+    sleep or a timeout; for a purgatory's operation, the operation: its ``keys`` say what
+    it waits on)."""
     origin: str
     """The callback's or the coroutine's qualified name (whom the timer is for); with origin
     tracking on, the line that filed it (``path.py:12 in handler``)."""
@@ -186,7 +197,10 @@ def _snapshot(
 ) -> PendingTimer:
     if task is None and noted is not None:
         task = noted[1]  # type: ignore[index]  # origin tracking saw who filed it
-    callback = what if callable(what) else None  # a coroutine object is not callable
+    callback: object = what if callable(what) else None  # a coroutine object is not callable
+    if kind == "call" and (operation := _purgatory.describe(what)) is not None:
+        kind = "purgatory"  # a kind of its own, named by its waiting task or its class
+        callback, what, task = operation
     return PendingTimer(when, kind, callback, namer.origin(what, task, noted), task)  # type: ignore[arg-type]
 
 
@@ -219,6 +233,9 @@ def timer_census(
     namer = _Namer()
     counts: Counter[tuple[str, str]] = Counter()
     for (kind, origin), count in keys.items():
+        if kind == "call" and (operation := _purgatory.describe(origin)) is not None:
+            _, what, task = operation  # a purgatory's operation: its origin is its callback
+            kind, origin = "purgatory", origin_key(what, task, None)
         counts[kind, namer.name(origin)] += count
     return [(f"{kind} {origin}", n) for (kind, origin), n in counts.most_common(top)]
 

@@ -1,0 +1,755 @@
+"""Purgatory: operations that wait on keys until a condition holds or their deadline passes.
+
+Kafka's story. A Kafka broker answers a produce request only once enough replicas have the
+data, and a fetch only once enough bytes have arrived, or when the request's timeout passes.
+Each such request is a *delayed operation*, parked in the ``DelayedOperationPurgatory``: it is
+watched under one or more keys (a topic partition), and filed as a timer task. An event on a
+key (a replica's fetch, a new batch) re-checks the operations watched under it
+(``checkAndComplete``); the first check that finds the condition true completes the operation
+(``onComplete``) and cancels its timer at once. Otherwise the timer expires it
+(``onExpiration``). Exactly one of the two happens. Kafka wrote its hierarchical timing wheel
+for this (KAFKA-3160, "Purgatory redesign"): the ``java.util.concurrent.DelayQueue`` it used
+before could not remove a completed operation's timer, so the heap filled with the timers of
+requests long answered. Almost every operation completes before its deadline; the wheel's O(1)
+cancel is what makes that cheap. This module is the purgatory, on aiowheel's wheel.
+
+The shape here, and where it leaves Kafka's:
+
+- **Watchers: a dict of operations per key, purged eagerly.** ``_watchers`` maps each key to a
+  ``dict`` whose keys are the live operations watched under it (an insertion-ordered set: a
+  signal checks them oldest first, as Kafka's list does, and the order does not depend on
+  object addresses, so a run replays exactly). An operation that finishes, whatever the way,
+  is deleted from each of its keys' dicts at once: O(its keys). Kafka instead leaves completed
+  operations in the other keys' lists and purges every list once the count of such stale
+  entries passes ``purgeInterval`` (1000 by default), because its lists are shared by threads
+  and an eager removal would take every key's lock. With one thread per loop there is no lock
+  to take, so the eager removal is cheaper than the scan it saves, and memory is exactly the
+  live operations': a key whose last operation leaves is deleted, and the top-level dict is
+  rebuilt when it falls below a quarter of its peak (a Python dict never shrinks on deletion).
+  A key's own dict keeps the capacity of its peak until it empties.
+- **One thread, no locks.** Kafka takes a per-operation lock in ``safeTryComplete`` because a
+  request thread and the expiration reaper can race. Here every operation changes state in the
+  loop's thread only (:meth:`Purgatory.signal` refuses another thread: hand it over with
+  ``loop.call_soon_threadsafe``), so a plain state field decides the one outcome: the first
+  of complete, expire, cancel or fail to run wins and the others find it finished.
+  Kafka's ``tryCompleteElseWatch`` checks twice, before and after watching, to close the race
+  with an event on another thread; here the check and the watching happen in one step.
+- **Expiry on the loop, not a reaper thread.** Kafka expires operations on a separate executor
+  so the reaper never waits on an ``onExpiration``. The timer of an operation is an ordinary
+  aiowheel callback (``timer.call_at``, on the loop's own wheel in loop mode): the wheel's
+  due batch runs it as one loop callback, and all it does for an awaited wait is to set a
+  future's exception.
+- **Awaiting is the main form.** ``await purgatory.wait(keys, check, timeout)`` returns the
+  first value ``check()`` gives that is not None. The operation *is* the future the task
+  awaits (a subclass of :class:`asyncio.Future` with the bookkeeping in slots, and the callable
+  the timer calls): per wait there is one object, its timer handle and one entry per key,
+  no coroutine frame, no extra future, no closure. Cancelling the task cancels that future,
+  which takes the operation out of its keys and the wheel before it returns.
+- **The callback form** (:class:`DelayedOperation`, for code that does not await):
+  ``try_complete`` / ``on_complete`` / ``on_expiration`` as Kafka's, plus ``on_cancel`` and a
+  fourth outcome, *failed*, for a ``try_complete`` that raises (Kafka lets that exception
+  escape into the thread that signalled; here it is reported to the loop's exception handler
+  and the operation leaves its keys, so one broken operation cannot stop a signal from
+  reaching the others). Kafka runs ``onComplete`` on expiry too (after ``forceComplete``);
+  here each outcome has its own hook and exactly one of them runs.
+
+What it costs (``python -m bench.purgatory``, on the performance page): a wait that completes
+is one future, one timer filed and cancelled, and a dict insertion and deletion per key; a
+signal costs one ``check()`` call per operation watched under that key and nothing for any
+other key. The stock way (``asyncio.Condition`` per key and ``wait_for``) wakes every task
+waiting on the key to re-check, each through the condition's lock, and keeps a heap timer per
+waiter.
+
+Plain Python in both builds: the hot work per operation is a handful of dict operations and a
+future, already C; the wheel under it is compiled where the build is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import math
+import threading
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from . import _validate
+from ._default import get_timer
+from ._handles import Handle
+from ._timer import Timer
+from ._validate import Seconds
+
+if TYPE_CHECKING:
+    from ._observe import classify
+else:
+    from ._observe import classify
+
+__all__ = ["DelayedOperation", "Purgatory", "PurgatoryStats"]
+
+_T = TypeVar("_T")
+
+_get_ident: Final = threading.get_ident
+_inf: Final = math.inf
+
+# An operation's state. Only the loop's thread writes it; the first transition out of
+# _PENDING / _CHECKING to a final state wins, and every other path finds it final and does
+# nothing: that is the whole exactly-once rule.
+_NEW: Final = 0  # a DelayedOperation not yet watched
+_FIRST: Final = 1  # its first check, in watch(), before it is watched
+_PENDING: Final = 2  # watched under its keys
+_CHECKING: Final = 3  # watched, and its check is running (a re-entrant signal skips it)
+_COMPLETED: Final = 4  # the final states, from here on
+_EXPIRED: Final = 5
+_CANCELLED: Final = 6
+_FAILED: Final = 7
+_OUTCOMES: Final = {
+    _NEW: "new",
+    _FIRST: "pending",
+    _PENDING: "pending",
+    _CHECKING: "pending",
+    _COMPLETED: "completed",
+    _EXPIRED: "expired",
+    _CANCELLED: "cancelled",
+    _FAILED: "failed",
+}
+
+# The top-level watcher dict is rebuilt when it falls below a quarter of its peak, once the
+# peak is above this (a smaller table is not worth the copy).
+_SHRINK_FLOOR: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class PurgatoryStats:
+    """A snapshot of a Purgatory's counters (see :meth:`Purgatory.stats`).
+
+    Every operation ends exactly once, in one of ``completed``, ``expired``, ``cancelled``
+    or ``failed``; ``live`` are those that have not ended yet.
+    """
+
+    live: int
+    """Operations watched now (awaited waits and DelayedOperations)."""
+    keys: int
+    """Keys with at least one live operation (no other key takes memory)."""
+    completed: int
+    """Operations whose condition held (or that were force-completed)."""
+    expired: int
+    """Operations whose deadline passed first."""
+    cancelled: int
+    """Operations cancelled first (a waiting task cancelled, or ``cancel()``)."""
+    failed: int
+    """Operations whose ``check`` / ``try_complete`` raised (the error went to the waiter, or
+    to the loop's exception handler for a DelayedOperation)."""
+
+
+class Purgatory:
+    """Operations that wait under keys until a condition holds or a deadline passes (Kafka's
+    ``DelayedOperationPurgatory``, on aiowheel's wheel).
+
+    A task waits with :meth:`wait`; code that changes the state a condition reads calls
+    :meth:`signal` with the key it changed, which re-checks only the operations watched under
+    that key. A purgatory belongs to one event loop: the first loop it is used in, or the
+    loop of ``timer`` if given. Deadlines are filed on ``timer`` (default: the loop's default
+    Timer, :func:`aiowheel.get_timer`, which on a loop-mode loop is the loop's own wheel).
+
+    >>> purgatory = aiowheel.Purgatory()
+    >>> messages: dict[str, list[str]] = {}
+    >>> async def poll(topic):                    # waits up to 30 s for a message
+    ...     return await purgatory.wait([topic], lambda: messages.pop(topic, None), 30)
+    >>> def publish(topic, message):
+    ...     messages.setdefault(topic, []).append(message)
+    ...     purgatory.signal(topic)               # wakes poll(topic), and only it
+    """
+
+    __slots__ = (
+        "_cancelled",
+        "_completed",
+        "_context",
+        "_expired",
+        "_failed",
+        "_live",
+        "_loop",
+        "_peak",
+        "_thread",
+        "_timer",
+        "_watchers",
+    )
+
+    def __init__(self, timer: Timer | None = None) -> None:
+        if timer is not None and not isinstance(timer, Timer):
+            raise TypeError(f"timer must be an aiowheel.Timer or None, got {type(timer).__name__}")
+        self._timer = timer
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = 0
+        self._watchers: dict[Hashable, dict[Any, None]] = {}
+        self._peak = 0
+        self._live = 0
+        self._completed = 0
+        self._expired = 0
+        self._cancelled = 0
+        self._failed = 0
+        # The context a wait's timer runs in: all it does is fail a future, which reads no
+        # context variable, so one empty context serves every wait (no copy per operation).
+        self._context = contextvars.Context()
+
+    # -- introspection -------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """The number of live operations."""
+        return self._live
+
+    def __repr__(self) -> str:
+        state = "unbound" if self._loop is None else "bound"
+        return f"<Purgatory {state} live={self._live} keys={len(self._watchers)}>"
+
+    def stats(self) -> PurgatoryStats:
+        """Counters: live operations, keys watched, and how many completed, expired, were
+        cancelled or failed."""
+        return PurgatoryStats(
+            self._live,
+            len(self._watchers),
+            self._completed,
+            self._expired,
+            self._cancelled,
+            self._failed,
+        )
+
+    def watched(self, key: Hashable) -> int:
+        """How many live operations are watched under ``key`` (0 for a key never watched)."""
+        try:
+            ops = self._watchers.get(key)
+        except TypeError:
+            raise TypeError(
+                f"Purgatory.watched(): key must be hashable, got {type(key).__name__}"
+            ) from None
+        return 0 if ops is None else len(ops)
+
+    # -- waiting -------------------------------------------------------------------------------
+
+    def wait(
+        self, keys: Iterable[Hashable], check: Callable[[], _T | None], timeout: Seconds | None
+    ) -> asyncio.Future[_T]:
+        """Wait until ``check()`` returns something other than None, and return that.
+
+        ``check()`` is called now, then each time one of ``keys`` is :meth:`signal`\\ led,
+        in the loop's thread; the first value it returns that is not None is the result.
+        Past ``timeout`` seconds (None: no deadline) the wait raises :class:`TimeoutError`;
+        ``timeout=0`` checks once. If ``check()`` raises, the wait raises that error.
+        Cancelling the waiting task takes the operation out of its keys and off the wheel
+        at once.
+
+        Not a coroutine: the operation is watched when ``wait()`` is called, and what it
+        returns is the operation's :class:`asyncio.Future` (done already if the first check
+        held). Await it, or cancel it to give up.
+
+        >>> value = await purgatory.wait(["orders"], lambda: ready.get(order_id), 5.0)
+        """
+        loop = self._bind("wait")
+        keys = _keys("wait", keys)
+        if not callable(check):
+            raise TypeError(f"Purgatory.wait(): check must be callable, got {type(check).__name__}")
+        when = self._deadline("wait", timeout, loop)
+        op: _Wait[_T] = _Wait(loop=loop)
+        op._phase = _FIRST
+        op._purgatory = self
+        op._keys = keys
+        op._check = check
+        op._handle = None
+        try:
+            result = check()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            op._phase = _FAILED
+            self._failed += 1
+            _fail(op, exc)
+            return op
+        if result is not None:
+            op._phase = _COMPLETED
+            self._completed += 1
+            op.set_result(result)
+            return op
+        if when <= loop.time():
+            op._phase = _EXPIRED
+            self._expired += 1
+            op.set_exception(TimeoutError())
+            return op
+        self._watch(op, keys, when, op, self._context)
+        op._phase = _PENDING
+        return op
+
+    def watch(self, operation: DelayedOperation, keys: Iterable[Hashable], timeout: Seconds | None
+              ) -> bool:  # fmt: skip
+        """Try to complete ``operation`` now, else watch it under ``keys`` until it completes
+        or ``timeout`` seconds (None: no deadline) pass (Kafka's ``tryCompleteElseWatch``).
+
+        True if it completed at once. Each :meth:`signal` of one of ``keys`` calls its
+        :meth:`~DelayedOperation.try_complete`; past the deadline its
+        :meth:`~DelayedOperation.on_expiration` runs. An operation is watched once.
+
+        >>> purgatory.watch(DelayedProduce(acks_needed=2), ["partition-0"], 30.0)
+        """
+        loop = self._bind("watch")
+        if not isinstance(operation, DelayedOperation):
+            raise TypeError(
+                "Purgatory.watch(): operation must be a DelayedOperation, "
+                f"got {type(operation).__name__}"
+            )
+        if getattr(operation, "_phase", _NEW) != _NEW:
+            raise RuntimeError(f"Purgatory.watch(): {operation!r} was watched already")
+        keys = _keys("watch", keys)
+        when = self._deadline("watch", timeout, loop)
+        operation._purgatory = self
+        operation._keys = keys
+        operation._handle = None
+        operation._phase = _FIRST
+        if self._attempt(operation):
+            return True
+        if operation._phase != _FIRST:
+            return False  # it failed, or was cancelled from inside try_complete
+        if when <= loop.time():
+            operation._phase = _EXPIRED
+            self._expired += 1
+            self._hook(operation, operation.on_expiration)
+            return False
+        self._watch(operation, keys, when, operation, None)
+        operation._phase = _PENDING
+        return False
+
+    # -- signalling -----------------------------------------------------------------------------
+
+    def signal(self, key: Hashable) -> int:
+        """Re-check the operations watched under ``key``, and only those; complete the ones
+        whose condition now holds. Returns how many completed.
+
+        Call it in the loop's thread: from a callback, a task, or another thread through
+        ``loop.call_soon_threadsafe(purgatory.signal, key)``. Operations watched under
+        ``key`` during the signal (by a check, say) are not checked by it: they were checked
+        when they were watched.
+
+        >>> messages["news"].append("hello")
+        >>> purgatory.signal("news")
+        1
+        """
+        try:
+            ops = self._watchers.get(key)
+        except TypeError:
+            raise TypeError(
+                f"Purgatory.signal(): key must be hashable, got {type(key).__name__}"
+            ) from None
+        if ops is None:
+            return 0
+        if self._thread != _get_ident():
+            raise RuntimeError(
+                "Purgatory.signal() called from a thread that does not run the purgatory's "
+                "loop: hand it over with loop.call_soon_threadsafe(purgatory.signal, key)"
+            )
+        completed = 0
+        # A snapshot: a check may finish other operations of this key (or watch new ones).
+        for op in list(ops) if len(ops) > 1 else tuple(ops):
+            if op._phase == _PENDING and op._try():
+                completed += 1
+        return completed
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _bind(self, method: str) -> asyncio.AbstractEventLoop:
+        """The running loop, which must be this purgatory's (bound on first use)."""
+        loop = self._loop
+        running = asyncio._get_running_loop()
+        if running is not None and running is loop:
+            return running
+        if running is None:
+            raise RuntimeError(f"Purgatory.{method}() needs a running event loop")
+        if loop is not None:
+            raise RuntimeError(
+                f"Purgatory.{method}(): this purgatory belongs to another event loop"
+            )
+        timer = self._timer if self._timer is not None else get_timer()
+        self._timer = timer
+        self._loop = running
+        self._thread = _get_ident()
+        return running
+
+    @staticmethod
+    def _deadline(method: str, timeout: object, loop: asyncio.AbstractEventLoop) -> float:
+        """The loop time ``timeout`` seconds from now (inf for None), or a clear error."""
+        if timeout is None:
+            return _inf
+        if isinstance(timeout, bool):
+            raise TypeError(
+                f"Purgatory.{method}(): timeout must be a non-negative number of seconds "
+                "or None, got bool"
+            )
+        given = timeout
+        if not isinstance(timeout, float):
+            try:
+                timeout = _validate.seconds(f"Purgatory.{method}(): timeout", timeout)
+            except TypeError:
+                raise TypeError(
+                    f"Purgatory.{method}(): timeout must be a non-negative number of seconds "
+                    f"or None, got {type(timeout).__name__}"
+                ) from None
+        if not timeout >= 0.0:  # NaN too
+            raise ValueError(
+                f"Purgatory.{method}(): timeout must be a non-negative number, got {given!r}"
+            )
+        return loop.time() + timeout
+
+    def _watch(
+        self,
+        op: _Operation,
+        keys: tuple[Hashable, ...],
+        when: float,
+        callback: Callable[[], object],
+        context: contextvars.Context | None,
+    ) -> None:
+        """File ``op``'s timer (first: it is what can refuse), then watch it under ``keys``."""
+        timer = self._timer
+        assert timer is not None
+        if when != _inf:
+            op._handle = timer.call_at(when, callback, context=context)
+        watchers = self._watchers
+        for key in keys:
+            ops = watchers.get(key)
+            if ops is None:
+                watchers[key] = {op: None}
+                if len(watchers) > self._peak:
+                    self._peak = len(watchers)
+            else:
+                ops[op] = None
+        self._live += 1
+
+    def _unwatch(self, op: _Operation) -> None:
+        """Take a finished ``op`` out of its keys and off the wheel: O(its keys)."""
+        handle = op._handle
+        if handle is not None:
+            op._handle = None
+            handle.cancel()
+        watchers = self._watchers
+        for key in op._keys:
+            ops = watchers[key]
+            if len(ops) == 1:
+                del watchers[key]
+                peak = self._peak
+                if peak > _SHRINK_FLOOR and len(watchers) < peak >> 2:
+                    # Dicts keep their peak's table: copy to a right-sized one.
+                    self._watchers = watchers = dict(watchers)
+                    self._peak = len(watchers)
+            else:
+                del ops[op]
+        self._live -= 1
+
+    def _attempt(self, op: DelayedOperation) -> bool:
+        """Run ``op.try_complete()`` (its state is _FIRST or _CHECKING, as it is being
+        watched or watched); complete it if it says so. True if it completed now. An exception
+        fails it."""
+        trying = op._phase
+        try:
+            holds = op.try_complete()
+        except (SystemExit, KeyboardInterrupt):
+            if op._phase == trying:
+                op._phase = _NEW if trying == _FIRST else _PENDING
+            raise
+        except BaseException as exc:
+            if op._phase != trying:
+                return False  # it ended inside try_complete (cancelled, say)
+            op._phase = _FAILED
+            self._failed += 1
+            if trying == _CHECKING:
+                self._unwatch(op)
+            self._report(op, "try_complete", exc)
+            return False
+        if op._phase == _COMPLETED:
+            return True  # try_complete called force_complete itself
+        if op._phase != trying or not holds:
+            return False
+        op._phase = _COMPLETED
+        if trying == _CHECKING:
+            self._unwatch(op)
+        self._completed += 1
+        self._hook(op, op.on_complete)
+        return True
+
+    def _hook(self, op: DelayedOperation, hook: Callable[[], object]) -> None:
+        """Run one of ``op``'s outcome hooks; an exception goes to the loop's handler."""
+        try:
+            hook()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._report(op, hook.__name__, exc)
+
+    def _report(self, op: DelayedOperation, where: str, exc: BaseException) -> None:
+        loop = self._loop
+        assert loop is not None
+        loop.call_exception_handler(
+            {
+                "message": f"Exception in {type(op).__qualname__}.{where}()",
+                "exception": exc,
+                "operation": op,
+            }
+        )
+
+
+def _keys(method: str, keys: object) -> tuple[Hashable, ...]:
+    """``keys`` as a tuple of distinct hashable keys, in order, or a clear error."""
+    if isinstance(keys, str | bytes):
+        raise TypeError(
+            f"Purgatory.{method}(): keys must be a collection of keys, got {type(keys).__name__} "
+            "(for one key, pass [key])"
+        )
+    if type(keys) is tuple and len(keys) == 1:
+        try:
+            hash(keys[0])
+        except TypeError:
+            pass
+        else:
+            return keys  # the common case, kept as given: no copy
+    try:
+        distinct = tuple(dict.fromkeys(keys))  # type: ignore[call-overload]
+    except TypeError:
+        if not isinstance(keys, Iterable):
+            raise TypeError(
+                f"Purgatory.{method}(): keys must be a collection of keys, "
+                f"got {type(keys).__name__}"
+            ) from None
+        bad = next(key for key in keys if not isinstance(key, Hashable))
+        raise TypeError(
+            f"Purgatory.{method}(): keys must be hashable, got {type(bad).__name__}"
+        ) from None
+    if not distinct:
+        raise ValueError(f"Purgatory.{method}(): keys must not be empty")
+    return distinct
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    """Fail ``future`` with a check's error (a CancelledError cancels it)."""
+    if isinstance(exc, asyncio.CancelledError):
+        asyncio.Future.cancel(future)
+    else:
+        future.set_exception(exc)
+
+
+class _Wait(asyncio.Future[_T]):
+    """The operation behind :meth:`Purgatory.wait`: the future the waiting task awaits, its
+    bookkeeping in slots, and (called) the timer's expiry. One object per wait."""
+
+    __slots__ = ("_check", "_handle", "_keys", "_phase", "_purgatory")
+
+    _purgatory: Purgatory
+    _keys: tuple[Hashable, ...]
+    _check: Callable[[], _T | None]
+    _handle: Handle | None
+    _phase: int
+
+    @property
+    def keys(self) -> tuple[Hashable, ...]:
+        """The keys it is watched under."""
+        return self._keys
+
+    def _try(self) -> bool:
+        """A signal's re-check (the state is _PENDING): True if it completed now."""
+        self._phase = _CHECKING
+        try:
+            result = self._check()
+        except (SystemExit, KeyboardInterrupt):
+            if self._phase == _CHECKING:
+                self._phase = _PENDING
+            raise
+        except BaseException as exc:
+            if self._phase == _CHECKING:  # not cancelled by its own check
+                self._phase = _FAILED
+                purgatory = self._purgatory
+                purgatory._failed += 1
+                purgatory._unwatch(self)
+                _fail(self, exc)
+            return False
+        if self._phase != _CHECKING:
+            return False  # cancelled by its own check
+        if result is None:
+            self._phase = _PENDING
+            return False
+        self._phase = _COMPLETED
+        purgatory = self._purgatory
+        purgatory._completed += 1
+        purgatory._unwatch(self)
+        self.set_result(result)
+        return True
+
+    def __call__(self) -> None:
+        """The timer's callback: the deadline passed."""
+        if self._phase == _PENDING:
+            self._phase = _EXPIRED
+            self._handle = None  # it fired: nothing to cancel
+            purgatory = self._purgatory
+            purgatory._expired += 1
+            purgatory._unwatch(self)
+            self.set_exception(TimeoutError())
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        """Cancel the wait (what cancelling the waiting task does): the operation leaves its
+        keys and the wheel before this returns."""
+        if not super().cancel(msg=msg):
+            return False
+        state = self._phase
+        if state in (_PENDING, _CHECKING):
+            self._phase = _CANCELLED
+            purgatory = self._purgatory
+            purgatory._cancelled += 1
+            purgatory._unwatch(self)
+        return True
+
+    def __repr__(self) -> str:
+        return (
+            f"<Purgatory.wait keys={list(self._keys)!r} "
+            f"{_OUTCOMES.get(getattr(self, '_phase', _NEW), 'new')}>"
+        )
+
+    def _waiter(self) -> object:
+        """The task awaiting this wait (for pending_timers), or None."""
+        return classify("purgatory", None, self)[2]
+
+
+class DelayedOperation:
+    """An operation for :meth:`Purgatory.watch`, for code that does not await: subclass it
+    and override :meth:`try_complete` and the outcome hooks (Kafka's ``DelayedOperation``).
+
+    Exactly one outcome hook runs, once: :meth:`on_complete` (the condition held, or
+    :meth:`force_complete`), :meth:`on_expiration` (the deadline passed first) or
+    :meth:`on_cancel` (:meth:`cancel` first). If :meth:`try_complete` raises, the operation
+    *fails*: it leaves its keys and the wheel, no hook runs, and the error goes to the loop's
+    exception handler. So does an error from a hook. Hooks run in the loop's thread: a
+    completion inside the :meth:`Purgatory.signal` call that caused it, an expiry in a loop
+    callback.
+
+    >>> class AcksOperation(aiowheel.DelayedOperation):
+    ...     def __init__(self, acks, needed):
+    ...         super().__init__()
+    ...         self.acks, self.needed = acks, needed
+    ...     def try_complete(self):
+    ...         return len(self.acks) >= self.needed
+    ...     def on_complete(self):
+    ...         print("committed")
+    ...     def on_expiration(self):
+    ...         print("timed out")
+    """
+
+    __slots__ = ("_handle", "_keys", "_phase", "_purgatory")
+
+    _purgatory: Purgatory
+    _keys: tuple[Hashable, ...]
+    _handle: Handle | None
+    _phase: int
+
+    def __init__(self) -> None:
+        self._phase = _NEW
+
+    # -- to override -----------------------------------------------------------------------------
+
+    def try_complete(self) -> bool:
+        """Check the condition: True if it holds (the operation then completes, and
+        :meth:`on_complete` runs). Called when watched and on each signal of its keys. It
+        may also call :meth:`force_complete` itself (Kafka's style) and return True."""
+        return False
+
+    def on_complete(self) -> None:
+        """The operation completed (its condition held, or :meth:`force_complete`)."""
+
+    def on_expiration(self) -> None:
+        """The deadline passed before the operation completed."""
+
+    def on_cancel(self) -> None:
+        """:meth:`cancel` ended the operation first."""
+
+    # -- to call ---------------------------------------------------------------------------------
+
+    @property
+    def keys(self) -> tuple[Hashable, ...]:
+        """The keys it is watched under (empty before it is watched)."""
+        return getattr(self, "_keys", ())
+
+    @property
+    def outcome(self) -> str:
+        """``"new"`` (not watched yet), ``"pending"``, ``"completed"``, ``"expired"``,
+        ``"cancelled"`` or ``"failed"``."""
+        return _OUTCOMES[getattr(self, "_phase", _NEW)]
+
+    def done(self) -> bool:
+        """True once the operation has its outcome."""
+        return getattr(self, "_phase", _NEW) >= _COMPLETED
+
+    def force_complete(self) -> bool:
+        """Complete the operation now, whatever its condition: it leaves its keys and the
+        wheel and :meth:`on_complete` runs. True if this call completed it; False if it had
+        an outcome already (Kafka's ``forceComplete``)."""
+        return self._end(_COMPLETED, "force_complete")
+
+    def cancel(self) -> bool:
+        """Cancel the operation: it leaves its keys and the wheel and :meth:`on_cancel`
+        runs. True if this call cancelled it; False if it had an outcome already."""
+        return self._end(_CANCELLED, "cancel")
+
+    def __call__(self) -> None:
+        """The timer's callback (Kafka's ``TimerTask.run``): expire the operation if it is
+        still pending. The purgatory calls it at the deadline."""
+        if getattr(self, "_phase", _NEW) == _PENDING:
+            self._handle = None  # it fired: nothing to cancel
+            self._end(_EXPIRED, "expire")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__qualname__} keys={list(self.keys)!r} {self.outcome}>"
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _end(self, outcome: int, method: str) -> bool:
+        state = getattr(self, "_phase", _NEW)
+        if state == _NEW:
+            raise RuntimeError(f"{type(self).__qualname__}.{method}(): not watched yet")
+        if state >= _COMPLETED:
+            return False
+        purgatory = self._purgatory
+        if purgatory._thread != _get_ident():
+            raise RuntimeError(
+                f"{type(self).__qualname__}.{method}() called from a thread that does not run "
+                "the purgatory's loop: hand it over with loop.call_soon_threadsafe"
+            )
+        self._phase = outcome
+        if state != _FIRST:  # watched under its keys
+            purgatory._unwatch(self)
+        if outcome == _COMPLETED:
+            purgatory._completed += 1
+            purgatory._hook(self, self.on_complete)
+        elif outcome == _EXPIRED:
+            purgatory._expired += 1
+            purgatory._hook(self, self.on_expiration)
+        else:
+            purgatory._cancelled += 1
+            purgatory._hook(self, self.on_cancel)
+        return True
+
+    def _try(self) -> bool:
+        """A signal's re-check (the state is _PENDING): True if it completed now."""
+        self._phase = _CHECKING
+        completed = self._purgatory._attempt(self)
+        if self._phase == _CHECKING:
+            self._phase = _PENDING
+        return completed
+
+    def _waiter(self) -> object:
+        """What pending_timers names it by: its class (no task waits on it)."""
+        return None
+
+
+_Operation = _Wait[Any] | DelayedOperation
+
+
+def describe(what: object) -> tuple[DelayedOperation | _Wait[Any], object, object] | None:
+    """For :mod:`aiowheel._census`: if ``what`` (a call timer's callback) is a purgatory's
+    operation, (the operation, what names its origin, the task waiting on it); else None.
+    A wait is named by the task awaiting it, a DelayedOperation by its class."""
+    if isinstance(what, _Wait):
+        return what, None, what._waiter()
+    if isinstance(what, DelayedOperation):
+        return what, type(what), None
+    return None
