@@ -15,6 +15,11 @@ that installs it; nothing else is changed.
 as tested here: zuvloop (3.14+), then uvloop, then asyncio's own loop. rloop is never picked
 by ``auto``: its base loop departs from asyncio's contract on its own (exception handlers
 called with one argument, no debug mode); ask for it by name.
+
+The first loop a process makes here is announced, once, at INFO: ``aiowheel: loop mode on,
+base loop uvloop.Loop (aiowheel.loops:auto, pid 4242)``, on the ``aiowheel.loops`` logger, or,
+where nothing handles that logger's records, on the server's own (uvicorn's, gunicorn's,
+granian's), so that a server's startup says which loop its workers run.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
+import logging
+import os
 from typing import Final
 
 from ._loop import new_event_loop
@@ -45,6 +52,30 @@ BASES: Final = {"asyncio": None, "uvloop": "uvloop", "rloop": "rloop", "zuvloop"
 _AUTO: Final = ("zuvloop", "uvloop")
 
 _classes: dict[str, type[asyncio.AbstractEventLoop]] = {}
+
+_logger: Final = logging.getLogger("aiowheel.loops")
+# The servers' own loggers, configured by the servers: where the line goes if nothing would
+# show a record of aiowheel's (uvicorn and gunicorn leave the root logger alone).
+_SERVER_LOGGERS: Final = ("uvicorn.error", "gunicorn.error", "_granian")
+_announced: list[bool] = []
+
+
+def _announce(factory: str, base: type[asyncio.AbstractEventLoop] | None) -> None:
+    """Log, once per process, that loop mode is on and over which base loop."""
+    if _announced:
+        return
+    _announced.append(True)
+    logger = _logger
+    if not logger.hasHandlers():
+        for name in _SERVER_LOGGERS:
+            if logging.getLogger(name).hasHandlers():
+                logger = logging.getLogger(name)
+                break
+    named = "asyncio's default loop" if base is None else f"{base.__module__}.{base.__qualname__}"
+    logger.info(
+        "aiowheel: loop mode on, base loop %s (aiowheel.loops:%s, pid %d)",
+        named, factory, os.getpid(),
+    )  # fmt: skip
 
 
 def base_class(name: str) -> type[asyncio.AbstractEventLoop] | None:
@@ -96,22 +127,33 @@ def installed() -> dict[str, type[asyncio.AbstractEventLoop] | None]:
 
 def asyncio_loop() -> asyncio.AbstractEventLoop:
     """A loop-mode loop over asyncio's default loop (``aiowheel.loops:asyncio_loop``)."""
-    return new_event_loop(None)
+    loop = new_event_loop(None)
+    _announce("asyncio_loop", None)
+    return loop
 
 
 def uvloop() -> asyncio.AbstractEventLoop:
     """A loop-mode loop over uvloop (``aiowheel.loops:uvloop``)."""
-    return new_event_loop(base_class("uvloop"))
+    base = base_class("uvloop")
+    loop = new_event_loop(base)
+    _announce("uvloop", base)
+    return loop
 
 
 def rloop() -> asyncio.AbstractEventLoop:
     """A loop-mode loop over rloop (``aiowheel.loops:rloop``)."""
-    return new_event_loop(base_class("rloop"))
+    base = base_class("rloop")
+    loop = new_event_loop(base)
+    _announce("rloop", base)
+    return loop
 
 
 def zuvloop() -> asyncio.AbstractEventLoop:
     """A loop-mode loop over zuvloop, Python 3.14+ (``aiowheel.loops:zuvloop``)."""
-    return new_event_loop(base_class("zuvloop"))
+    base = base_class("zuvloop")
+    loop = new_event_loop(base)
+    _announce("zuvloop", base)
+    return loop
 
 
 def auto_base() -> type[asyncio.AbstractEventLoop] | None:
@@ -124,4 +166,7 @@ def auto_base() -> type[asyncio.AbstractEventLoop] | None:
 
 def auto() -> asyncio.AbstractEventLoop:
     """A loop-mode loop over the fastest base installed (``aiowheel.loops:auto``)."""
-    return new_event_loop(auto_base())
+    base = auto_base()
+    loop = new_event_loop(base)
+    _announce("auto", base)
+    return loop
