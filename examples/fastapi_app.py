@@ -3,13 +3,17 @@
     pip install -e '.[examples]'
     uvicorn examples.fastapi_app:app --loop aiowheel.loops:auto
 
-Not a line of it knows about aiowheel: the deadline is ``asyncio.timeout`` in a middleware and
-the heartbeat is ``asyncio.sleep`` / ``asyncio.timeout`` in the websocket handler. On a
-loop-mode loop those timers, and uvicorn's own (keep-alive, its 0.1 s tick), are on the wheel.
+The deadline is :class:`aiowheel.asgi.DeadlineMiddleware`, a pure ASGI middleware that awaits
+the endpoint in the request's own task: past the deadline the endpoint's work is cancelled, not
+just answered for (``@app.middleware("http")`` around ``asyncio.timeout`` answers the 504 and
+leaves the endpoint running: docs/deadlines.md). The heartbeat is plain ``asyncio.sleep`` /
+``asyncio.timeout`` in the websocket handler. On a loop-mode loop those timers, and uvicorn's
+own (keep-alive, its 0.1 s tick), are on the wheel.
 
 - ``GET /work?ms=N``: sleeps N ms; past ``REQUEST_TIMEOUT`` (env ``REQUEST_TIMEOUT``, default
-  0.5 s) the middleware answers ``504 {"error": "gateway timeout", "waited": seconds,
-  "early": false}`` (``early``: the loop's clock had not reached the deadline; never true);
+  0.5 s) the sleep is cancelled and the middleware answers ``504 {"error": "gateway timeout",
+  "waited": seconds, "early": false}`` (``early``: the loop's clock had not reached the
+  deadline; never true);
 - ``GET /stats``: the worker's loop and its wheel's ``stats()`` (examples/served.py);
 - ``WS /ws``: the server sends ``{"type": "heartbeat"}`` every ``HEARTBEAT_INTERVAL`` s (env,
   default 1.0) and closes with code 4000 a client that sends nothing for three intervals.
@@ -18,12 +22,12 @@ loop-mode loop those timers, and uvicorn's own (keep-alive, its 0.1 s tick), are
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-from collections.abc import Awaitable, Callable
 
-from fastapi import FastAPI, Request, Response, WebSocket, WebSocketDisconnect
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 
+from aiowheel.asgi import DeadlineMiddleware, Expired
 from examples.served import stats
 
 REQUEST_TIMEOUT = float(os.environ.get("REQUEST_TIMEOUT", "0.5"))
@@ -32,23 +36,18 @@ HEARTBEAT_INTERVAL = float(os.environ.get("HEARTBEAT_INTERVAL", "1.0"))
 app = FastAPI(title="aiowheel example")
 
 
-@app.middleware("http")
-async def request_deadline(
-    request: Request, call_next: Callable[[Request], Awaitable[Response]]
-) -> Response:
-    """Every request under ``asyncio.timeout(REQUEST_TIMEOUT)``: 504 past it.
+def gateway_timeout(expired: Expired) -> bytes:
+    """The 504's body. ``waited`` is measured by the loop's clock, the one deadlines are kept
+    by (uvloop's lags ``time.monotonic()`` by up to a loop iteration: it is read once per
+    iteration)."""
+    early = expired.now < expired.deadline
+    return json.dumps(
+        {"error": "gateway timeout", "waited": expired.waited, "early": early}
+    ).encode()
 
-    ``waited`` is measured by the loop's clock, the one deadlines are kept by (uvloop's lags
-    ``time.monotonic()`` by up to a loop iteration: it is read once per iteration)."""
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    try:
-        async with asyncio.timeout(REQUEST_TIMEOUT) as cm:
-            return await call_next(request)
-    except TimeoutError:
-        now = loop.time()
-        body = {"error": "gateway timeout", "waited": now - started, "early": now < cm.when()}
-        return JSONResponse(body, status_code=504)
+
+# Every request under REQUEST_TIMEOUT: past it the endpoint is cancelled, the client gets 504.
+app.add_middleware(DeadlineMiddleware, timeout=REQUEST_TIMEOUT, body=gateway_timeout)
 
 
 @app.get("/work")
