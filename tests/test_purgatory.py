@@ -1,0 +1,661 @@
+"""Purgatory: wait / signal / watch, exactly one outcome per operation whatever the race,
+memory bounded by live operations, errors, threads, introspection and bad input.
+
+The property test runs on a virtual clock (loop mode, :mod:`aiowheel.testing`), on asyncio's
+loop and uvloop; the ``anyio`` tests run on the suite's loop matrix (asyncio, uvloop and the
+loop-mode twin of each) with waits of a few milliseconds at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import math
+import sys
+import threading
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aiowheel
+import aiowheel.testing
+from aiowheel import DelayedOperation, Purgatory, PurgatoryStats
+from tests.support import BASES, collect_errors
+
+anyio = pytest.mark.anyio
+
+
+async def _settle() -> None:
+    """Let every ready callback and task step run (a few loop iterations)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def _outcome(future: asyncio.Future[Any]) -> str:
+    if not future.done():
+        return "pending"
+    if future.cancelled():
+        return "cancelled"
+    exc = future.exception()
+    if exc is None:
+        return "completed"
+    return "expired" if isinstance(exc, TimeoutError) else "failed"
+
+
+# -- the exactly-once rule, against a model ----------------------------------------------------
+
+KEYS = ("a", "b", "c")
+
+_action = st.one_of(
+    st.tuples(
+        st.just("wait"),
+        st.sets(st.sampled_from(KEYS), min_size=1, max_size=2),
+        st.sampled_from([None, 0.0, 1.0, 2.0, 3.5]),
+        st.booleans(),  # a DelayedOperation instead of an awaited wait
+    ),
+    st.tuples(st.just("arm"), st.integers(0, 15), st.sampled_from(["value", "raise"])),
+    st.tuples(st.just("signal"), st.sampled_from(KEYS)),
+    st.tuples(st.just("advance"), st.sampled_from([0.5, 1.0, 2.0])),
+    st.tuples(st.just("cancel"), st.integers(0, 15)),
+    st.tuples(st.just("force"), st.integers(0, 15)),
+)
+
+
+class _Op(DelayedOperation):
+    def __init__(self, armed: dict[int, str], index: int, seen: list[str]) -> None:
+        super().__init__()
+        self.armed, self.index, self.seen = armed, index, seen
+
+    def try_complete(self) -> bool:
+        how = self.armed.get(self.index)
+        if how == "raise":
+            raise LookupError(self.index)
+        return how == "value"
+
+    def on_complete(self) -> None:
+        self.seen.append("completed")
+
+    def on_expiration(self) -> None:
+        self.seen.append("expired")
+
+    def on_cancel(self) -> None:
+        self.seen.append("cancelled")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    actions=st.lists(_action, max_size=30),
+    base=st.sampled_from(["asyncio", "uvloop"]),
+)
+def test_every_operation_ends_exactly_once_as_a_model_says(
+    actions: list[tuple[Any, ...]], base: str
+) -> None:
+    # Random interleavings of waits (awaited, or DelayedOperations), conditions made true
+    # (or raising), signals, the clock moving past deadlines, cancellation and force-complete.
+    # The model decides each operation's one outcome; the purgatory must agree, every hook
+    # must run once, and nothing may stay watched that the model says has ended.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        errors = collect_errors(loop)
+        purgatory = Purgatory()
+        armed: dict[int, str] = {}
+        ops: list[Any] = []  # a future (wait) or an _Op
+        tasks: dict[int, asyncio.Task[Any]] = {}
+        hooks: list[list[str]] = []
+        model: list[dict[str, Any]] = []  # keys, deadline, outcome
+
+        def check_of(index: int) -> Callable[[], object]:
+            def check() -> object:
+                how = armed.get(index)
+                if how == "raise":
+                    raise LookupError(index)
+                return index if how == "value" else None
+
+            return check
+
+        def model_try(index: int) -> None:
+            how = armed.get(index)
+            if how is not None:
+                model[index]["outcome"] = "completed" if how == "value" else "failed"
+
+        for action in actions:
+            kind = action[0]
+            if kind == "wait":
+                _, keys, timeout, delayed = action
+                index = len(ops)
+                deadline = math.inf if timeout is None else loop.time() + timeout
+                model.append({"keys": set(keys), "deadline": deadline, "outcome": "pending"})
+                seen: list[str] = []
+                hooks.append(seen)
+                if delayed:
+                    op = _Op(armed, index, seen)
+                    purgatory.watch(op, sorted(keys), timeout)
+                    ops.append(op)
+                else:
+                    future = purgatory.wait(sorted(keys), check_of(index), timeout)
+                    ops.append(future)
+                    tasks[index] = asyncio.ensure_future(_await(future))
+                model_try(index)
+                if model[index]["outcome"] == "pending" and timeout == 0.0:
+                    model[index]["outcome"] = "expired"
+            elif kind == "arm":
+                _, index, how = action
+                if index < len(ops):
+                    armed.setdefault(index, how)  # a condition, once true, stays so
+            elif kind == "signal":
+                key = action[1]
+                expected = 0
+                for index, entry in enumerate(model):
+                    if entry["outcome"] == "pending" and key in entry["keys"]:
+                        model_try(index)
+                        expected += entry["outcome"] == "completed"
+                assert purgatory.signal(key) == expected
+            elif kind == "advance":
+                await aiowheel.testing.advance(action[1])
+                for entry in model:
+                    if entry["outcome"] == "pending" and entry["deadline"] <= loop.time():
+                        entry["outcome"] = "expired"
+            elif kind in ("cancel", "force"):
+                index = action[1]
+                if index >= len(ops):
+                    continue
+                op = ops[index]
+                pending = model[index]["outcome"] == "pending"
+                if kind == "cancel":
+                    if isinstance(op, DelayedOperation):
+                        assert op.cancel() is pending
+                    else:
+                        tasks[index].cancel()  # the task's cancel reaches the operation
+                    if pending:
+                        model[index]["outcome"] = "cancelled"
+                elif isinstance(op, DelayedOperation):
+                    assert op.force_complete() is pending
+                    if pending:
+                        model[index]["outcome"] = "completed"
+            await _settle()
+            live = [entry for entry in model if entry["outcome"] == "pending"]
+            assert len(purgatory) == len(live)
+            for key in KEYS:
+                assert purgatory.watched(key) == sum(key in entry["keys"] for entry in live)
+
+        await _settle()
+        got = [op.outcome if isinstance(op, DelayedOperation) else _outcome(op) for op in ops]
+        assert got == [entry["outcome"] for entry in model]
+        for index, op in enumerate(ops):
+            if isinstance(op, DelayedOperation):  # exactly one hook, and the right one
+                outcome = got[index]
+                assert hooks[index] == ([] if outcome in ("failed", "pending") else [outcome])
+        stats = purgatory.stats()
+        for outcome in ("completed", "expired", "cancelled", "failed"):
+            assert getattr(stats, outcome) == got.count(outcome), outcome
+        assert stats.live == got.count("pending")
+        failed_delayed = sum(
+            1 for op, g in zip(ops, got, strict=True)
+            if g == "failed" and isinstance(op, DelayedOperation)
+        )  # fmt: skip
+        assert len(errors) == failed_delayed  # a failed DelayedOperation is reported once
+        pending_ops = [t for t in aiowheel.pending_timers() if t.kind == "purgatory"]
+        assert len(pending_ops) == sum(
+            1 for entry in model
+            if entry["outcome"] == "pending" and entry["deadline"] != math.inf
+        )  # fmt: skip
+        for task in tasks.values():
+            task.cancel()
+        for op in ops:
+            if isinstance(op, DelayedOperation):
+                op.cancel()
+        await _settle()
+        assert purgatory.stats().live == 0 and purgatory.stats().keys == 0
+
+    aiowheel.testing.run(main(), base=BASES[base], autojump=False)
+
+
+async def _await(future: asyncio.Future[Any]) -> Any:
+    return await future
+
+
+# -- waiting and signalling, on every loop ------------------------------------------------------
+
+
+@anyio
+async def test_a_signal_completes_the_wait_whose_condition_holds() -> None:
+    purgatory = Purgatory()
+    box: dict[str, int] = {}
+    waiter = asyncio.ensure_future(purgatory.wait(["k"], lambda: box.get("k"), 5))
+    await _settle()
+    assert purgatory.signal("k") == 0 and not waiter.done()
+    box["k"] = 7
+    assert purgatory.signal("k") == 1
+    assert await waiter == 7
+    assert purgatory.stats() == PurgatoryStats(0, 0, 1, 0, 0, 0)
+    assert [t for t in aiowheel.pending_timers() if t.kind == "purgatory"] == []
+
+
+@anyio
+async def test_a_condition_that_holds_at_once_returns_without_watching() -> None:
+    purgatory = Purgatory()
+    assert await purgatory.wait(["k"], lambda: 0, 5) == 0  # 0 is a value, not None
+    assert purgatory.stats() == PurgatoryStats(0, 0, 1, 0, 0, 0)
+
+
+@anyio
+async def test_past_the_timeout_the_wait_raises_timeout_error() -> None:
+    purgatory = Purgatory()
+    with pytest.raises(TimeoutError):
+        await purgatory.wait(["k"], lambda: None, 0.005)
+    with pytest.raises(TimeoutError):
+        await purgatory.wait(["k"], lambda: None, 0)  # checks once
+    assert purgatory.stats() == PurgatoryStats(0, 0, 0, 2, 0, 0)
+
+
+@anyio
+async def test_a_cancelled_waiting_task_leaves_its_keys_and_the_wheel_at_once() -> None:
+    purgatory = Purgatory()
+    task = asyncio.ensure_future(_await(purgatory.wait(["a", "b"], lambda: None, 60)))
+    await _settle()
+    assert purgatory.stats().keys == 2
+    assert [t.kind for t in aiowheel.pending_timers()].count("purgatory") == 1
+    task.cancel()
+    assert purgatory.stats() == PurgatoryStats(0, 0, 0, 0, 1, 0)  # before the task runs
+    assert [t.kind for t in aiowheel.pending_timers()].count("purgatory") == 0
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@anyio
+async def test_a_signal_checks_only_the_operations_of_its_key() -> None:
+    purgatory = Purgatory()
+    calls: dict[str, int] = {"a": 0, "b": 0}
+
+    def counting(key: str) -> Callable[[], None]:
+        def check() -> None:
+            calls[key] += 1
+
+        return check
+
+    futures = [purgatory.wait([key], counting(key), 5) for key in ("a", "b") for _ in range(3)]
+    calls.update(a=0, b=0)
+    assert purgatory.signal("a") == 0
+    assert purgatory.signal("unwatched") == 0
+    assert calls == {"a": 3, "b": 0}
+    for future in futures:
+        future.cancel()
+
+
+@anyio
+async def test_a_wait_on_several_keys_is_checked_by_each_and_completes_once() -> None:
+    purgatory = Purgatory()
+    box: dict[str, str] = {}
+    future = purgatory.wait(["a", "b", "a"], lambda: box.get("x"), 5)  # "a" once
+    assert future.keys == ("a", "b")  # type: ignore[attr-defined]
+    box["x"] = "done"
+    assert purgatory.signal("b") == 1
+    assert purgatory.signal("a") == 0
+    assert await future == "done"
+    assert purgatory.stats().keys == 0
+
+
+@anyio
+async def test_no_timeout_files_no_timer() -> None:
+    purgatory = Purgatory()
+    future = purgatory.wait(["k"], lambda: None, None)
+    assert [t.kind for t in aiowheel.pending_timers()].count("purgatory") == 0
+    assert len(purgatory) == 1
+    future.cancel()
+    assert len(purgatory) == 0
+
+
+# -- a check that raises --------------------------------------------------------------------------
+
+
+@anyio
+async def test_a_check_that_raises_fails_the_wait_and_leaves_its_keys() -> None:
+    purgatory = Purgatory()
+    state = {"broken": False}
+
+    def check() -> None:
+        if state["broken"]:
+            raise KeyError("gone")
+
+    future = purgatory.wait(["a", "b"], check, 5)
+    state["broken"] = True
+    assert purgatory.signal("a") == 0
+    with pytest.raises(KeyError, match="gone"):
+        await future
+    assert purgatory.stats() == PurgatoryStats(0, 0, 0, 0, 0, 1)
+    assert purgatory.watched("b") == 0
+    # raising at the first check: the same, through the future
+    with pytest.raises(KeyError):
+        await purgatory.wait(["a"], check, 5)
+    assert purgatory.stats().failed == 2 and len(purgatory) == 0
+
+
+@anyio
+async def test_a_raising_check_does_not_stop_the_signal_reaching_the_others() -> None:
+    purgatory = Purgatory()
+    ready = {"go": False}
+
+    def bad() -> None:
+        if ready["go"]:
+            raise ValueError("bad")
+
+    first = purgatory.wait(["k"], bad, 5)
+    second = purgatory.wait(["k"], lambda: ready["go"] or None, 5)
+    ready["go"] = True
+    assert purgatory.signal("k") == 1
+    assert await second is True
+    with pytest.raises(ValueError):
+        await first
+
+
+@anyio
+async def test_a_delayed_operation_that_raises_is_reported_and_leaves_its_keys() -> None:
+    errors = collect_errors(asyncio.get_running_loop())
+    purgatory = Purgatory()
+    armed: dict[int, str] = {}
+    op = _Op(armed, 0, [])
+    assert purgatory.watch(op, ["k"], 5) is False
+    armed[0] = "raise"
+    assert purgatory.signal("k") == 0
+    assert op.outcome == "failed" and op.seen == [] and purgatory.watched("k") == 0
+    assert [type(e["exception"]) for e in errors] == [LookupError]
+    assert "_Op.try_complete()" in errors[0]["message"]
+
+
+# -- the callback form ----------------------------------------------------------------------------
+
+
+@anyio
+async def test_a_delayed_operation_runs_exactly_one_hook() -> None:
+    purgatory = Purgatory()
+    armed: dict[int, str] = {}
+    done_now = _Op({0: "value"}, 0, [])
+    assert purgatory.watch(done_now, ["k"], 5) is True and done_now.seen == ["completed"]
+
+    completed = _Op(armed, 1, [])
+    assert purgatory.watch(completed, ["k"], 5) is False
+    armed[1] = "value"
+    assert purgatory.signal("k") == 1
+    assert completed.force_complete() is False and completed.cancel() is False
+
+    expired = _Op(armed, 2, [])
+    purgatory.watch(expired, ["k"], 0.002)
+    while not expired.done():
+        await asyncio.sleep(0.001)
+    assert expired.force_complete() is False
+
+    forced = _Op(armed, 3, [])
+    purgatory.watch(forced, ["k"], 5)
+    assert forced.force_complete() is True and forced.cancel() is False
+
+    cancelled = _Op(armed, 4, [])
+    purgatory.watch(cancelled, ["k"], 5)
+    assert cancelled.cancel() is True
+
+    assert [op.seen for op in (completed, expired, forced, cancelled)] == [
+        ["completed"], ["expired"], ["completed"], ["cancelled"]
+    ]  # fmt: skip
+    assert purgatory.stats() == PurgatoryStats(0, 0, 3, 1, 1, 0)
+
+
+@anyio
+async def test_a_delayed_operation_is_watched_once() -> None:
+    purgatory = Purgatory()
+    op = _Op({}, 0, [])
+    with pytest.raises(RuntimeError, match="not watched yet"):
+        op.cancel()
+    purgatory.watch(op, ["k"], 5)
+    with pytest.raises(RuntimeError, match="watched already"):
+        purgatory.watch(op, ["k"], 5)
+    op.cancel()
+    with pytest.raises(TypeError, match="operation must be a DelayedOperation, got function"):
+        purgatory.watch(lambda: None, ["k"], 5)  # type: ignore[arg-type]
+
+
+@anyio
+async def test_an_error_in_a_hook_goes_to_the_loop_and_the_signal_goes_on() -> None:
+    errors = collect_errors(asyncio.get_running_loop())
+    purgatory = Purgatory()
+
+    class Loud(DelayedOperation):
+        ready = False
+
+        def try_complete(self) -> bool:
+            return self.ready
+
+        def on_complete(self) -> None:
+            raise RuntimeError("hook")
+
+    first, second = Loud(), Loud()
+    purgatory.watch(first, ["k"], 5)
+    purgatory.watch(second, ["k"], 5)
+    first.ready = second.ready = True
+    assert purgatory.signal("k") == 2
+    assert len(errors) == 2
+    assert all(e["message"].endswith("<locals>.Loud.on_complete()") for e in errors)
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+
+def test_memory_is_bounded_by_live_operations_not_by_history() -> None:
+    # Many operations come and go on shared keys while one stays: the watchers hold the one,
+    # and memory after the churn is where it was after the first rounds (one loop: memory,
+    # not the loop, is under test).
+    aiowheel.testing.run(_churn())
+
+
+async def _churn() -> None:
+    purgatory = Purgatory()
+    box: dict[str, int] = {}
+    keeper = purgatory.wait(["shared-0"], lambda: None, 60)
+
+    def one_round(n: int) -> None:
+        futures = [
+            purgatory.wait([f"shared-{i % 10}", f"own-{i}"], lambda: box.get("go"), 60)
+            for i in range(n)
+        ]
+        box["go"] = 1
+        for key in range(10):
+            purgatory.signal(f"shared-{key}")
+        del box["go"]
+        assert all(f.done() for f in futures)
+
+    one_round(1000)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for _ in range(2):
+            one_round(1000)
+        gc.collect()
+        warm = tracemalloc.get_traced_memory()[0]  # free lists full, tables at their peak
+        for _ in range(6):
+            one_round(1000)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert warm < 64_000, warm
+    assert after - warm < 8_000, (warm, after)
+    stats = purgatory.stats()
+    assert (stats.live, stats.keys, stats.completed) == (1, 1, 9_000)
+    assert purgatory.watched("shared-0") == 1
+    assert sys.getsizeof(purgatory._watchers) < 4096  # shrank with the keys (1,010 at the peak)
+    keeper.cancel()
+    assert purgatory.stats().keys == 0
+
+
+# -- threads -------------------------------------------------------------------------------------
+
+
+@anyio
+async def test_signals_from_other_threads_go_through_call_soon_threadsafe() -> None:
+    loop = asyncio.get_running_loop()
+    purgatory = Purgatory()
+    box: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def check(key: str) -> Callable[[], int | None]:
+        return lambda: box.get(key)
+
+    futures = {f"k{i}": purgatory.wait([f"k{i}"], check(f"k{i}"), 5) for i in range(20)}
+
+    def publisher(keys: list[str]) -> None:
+        for key in keys:
+            with lock:
+                box[key] = 1
+            loop.call_soon_threadsafe(purgatory.signal, key)
+
+    threads = [
+        threading.Thread(target=publisher, args=([f"k{i}" for i in range(j, 20, 2)],))
+        for j in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    results = await asyncio.wait_for(asyncio.gather(*futures.values()), 5)
+    for thread in threads:
+        thread.join()
+    assert results == [1] * 20
+    assert purgatory.stats().completed == 20 and len(purgatory) == 0
+
+
+@anyio
+async def test_a_signal_from_another_thread_is_refused() -> None:
+    purgatory = Purgatory()
+    future = purgatory.wait(["k"], lambda: None, 5)
+    caught: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            purgatory.signal("k")
+        except RuntimeError as exc:
+            caught.append(exc)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert "call_soon_threadsafe" in str(caught[0])
+    assert len(purgatory) == 1
+    future.cancel()
+
+
+# -- the loop it belongs to, and what it shows ------------------------------------------------
+
+
+def test_a_purgatory_belongs_to_one_loop() -> None:
+    purgatory = Purgatory()
+
+    async def use() -> None:
+        await purgatory.wait(["k"], lambda: 1, 1)
+
+    asyncio.run(use())
+    with pytest.raises(RuntimeError, match="belongs to another event loop"):
+        asyncio.run(use())
+    with pytest.raises(RuntimeError, match="needs a running event loop"):
+        purgatory.wait(["k"], lambda: 1, 1)
+    with pytest.raises(TypeError, match="timer must be an aiowheel.Timer or None, got str"):
+        Purgatory("timer")  # type: ignore[arg-type]
+
+
+@anyio
+async def test_on_a_timer_of_its_own() -> None:
+    async with aiowheel.Timer() as timer:
+        purgatory = Purgatory(timer)
+        future = purgatory.wait(["k"], lambda: None, 30)
+        assert len(timer) == 1
+        future.cancel()
+        assert len(timer) == 0
+
+
+@anyio
+async def test_operations_are_a_kind_of_their_own_in_pending_timers_and_the_census() -> None:
+    purgatory = Purgatory()
+
+    async def poll_handler() -> None:
+        await purgatory.wait(["topic-1", "topic-2"], lambda: None, 30)
+
+    class Produce(DelayedOperation):
+        pass
+
+    task = asyncio.ensure_future(poll_handler())
+    await _settle()
+    op = Produce()
+    purgatory.watch(op, ["partition-0"], 30)
+    found = sorted(
+        (t for t in aiowheel.pending_timers() if t.kind == "purgatory"), key=lambda t: t.origin
+    )
+    assert [(t.origin, t.task) for t in found] == [
+        ("test_operations_are_a_kind_of_their_own_in_pending_timers_and_the_census.<locals>."
+         "Produce", None),
+        ("test_operations_are_a_kind_of_their_own_in_pending_timers_and_the_census.<locals>."
+         "poll_handler", task),
+    ]  # fmt: skip
+    assert [t.callback.keys for t in found] == [  # type: ignore[union-attr]
+        ("partition-0",), ("topic-1", "topic-2")
+    ]  # fmt: skip
+    census = dict(aiowheel.timer_census(top=None))
+    assert sum(n for name, n in census.items() if name.startswith("purgatory ")) == 2
+    assert any(name.endswith("poll_handler") for name in census)
+    task.cancel()
+    op.cancel()
+    await _settle()
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+_BAD: list[tuple[tuple[Any, Any, Any], type[Exception], str]] = [
+    ((["k"], lambda: 1, -1), ValueError, "timeout must be a non-negative number, got -1"),
+    ((["k"], lambda: 1, math.nan), ValueError, "timeout must be a non-negative number, got nan"),
+    ((["k"], lambda: 1, "5"), TypeError, "timeout must be a non-negative number of seconds or "
+     "None, got str"),
+    ((["k"], lambda: 1, True), TypeError, "timeout must be a non-negative number of seconds or "
+     "None, got bool"),
+    (([["k"]], lambda: 1, 1), TypeError, "keys must be hashable, got list"),
+    ((["k", {}], lambda: 1, 1), TypeError, "keys must be hashable, got dict"),
+    (("k", lambda: 1, 1), TypeError, "keys must be a collection of keys, got str"),
+    ((5, lambda: 1, 1), TypeError, "keys must be a collection of keys, got int"),
+    (([], lambda: 1, 1), ValueError, "keys must not be empty"),
+    ((["k"], "check", 1), TypeError, "check must be callable, got str"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "error", "message"), _BAD, ids=[m for _, _, m in _BAD])
+def test_bad_input_is_refused_with_the_argument_named_and_nothing_watched(
+    args: tuple[Any, Any, Any], error: type[Exception], message: str
+) -> None:
+    async def main() -> None:
+        purgatory = Purgatory()
+        purgatory.wait(["other"], lambda: None, None)
+        before = purgatory.stats()
+        with pytest.raises(error) as caught:
+            purgatory.wait(*args)
+        assert str(caught.value).startswith("Purgatory.wait(): ")
+        assert message in str(caught.value)
+        assert purgatory.stats() == before
+        assert [t for t in aiowheel.pending_timers() if t.kind == "purgatory"] == []
+        if callable(args[1]):  # the same from watch(), which takes no check
+            op = DelayedOperation()
+            with pytest.raises(error) as caught:
+                purgatory.watch(op, args[0], args[2])
+            assert str(caught.value).startswith("Purgatory.watch(): ")
+            assert message in str(caught.value)
+            assert purgatory.stats() == before and op.outcome == "new"
+
+    aiowheel.testing.run(main())
+
+
+def test_a_signal_of_an_unhashable_key_names_it() -> None:
+    async def main() -> None:
+        purgatory = Purgatory()
+        with pytest.raises(
+            TypeError, match=r"Purgatory.signal\(\): key must be hashable, got list"
+        ):
+            purgatory.signal(["k"])
+        with pytest.raises(TypeError, match=r"Purgatory.watched\(\): key must be hashable"):
+            purgatory.watched({})
+
+    aiowheel.testing.run(main())
