@@ -244,11 +244,24 @@ class Purgatory:
 
         >>> value = await purgatory.wait(["orders"], lambda: ready.get(order_id), 5.0)
         """
-        loop = self._bind("wait")
-        keys = _keys("wait", keys)
+        loop = asyncio._get_running_loop()
+        if loop is None or loop is not self._loop:
+            loop = self._bind("wait")
+        if type(keys) is not tuple or len(keys) != 1:
+            keys = _keys("wait", keys)
+        else:
+            try:
+                hash(keys[0])
+            except TypeError:
+                keys = _keys("wait", keys)  # raises, naming it
         if not callable(check):
             raise TypeError(f"Purgatory.wait(): check must be callable, got {type(check).__name__}")
-        when = self._deadline("wait", timeout, loop)
+        if timeout is None:
+            delay = _inf
+        elif type(timeout) is float and timeout >= 0.0:
+            delay = timeout
+        else:
+            delay = self._delay("wait", timeout)
         op: _Wait[_T] = _Wait(loop=loop)
         op._phase = _FIRST
         op._purgatory = self
@@ -269,12 +282,16 @@ class Purgatory:
             self._completed += 1
             op.set_result(result)
             return op
-        if when <= loop.time():
+        if delay == 0.0:
             op._phase = _EXPIRED
             self._expired += 1
             op.set_exception(TimeoutError())
             return op
-        self._watch(op, keys, when, op, self._context)
+        if delay != _inf:
+            timer = self._timer
+            assert timer is not None
+            op._handle = timer.call_later(delay, op, context=self._context)
+        self._watch(op, keys)
         op._phase = _PENDING
         return op
 
@@ -289,7 +306,7 @@ class Purgatory:
 
         >>> purgatory.watch(DelayedProduce(acks_needed=2), ["partition-0"], 30.0)
         """
-        loop = self._bind("watch")
+        self._bind("watch")
         if not isinstance(operation, DelayedOperation):
             raise TypeError(
                 "Purgatory.watch(): operation must be a DelayedOperation, "
@@ -298,7 +315,7 @@ class Purgatory:
         if getattr(operation, "_phase", _NEW) != _NEW:
             raise RuntimeError(f"Purgatory.watch(): {operation!r} was watched already")
         keys = _keys("watch", keys)
-        when = self._deadline("watch", timeout, loop)
+        delay = _inf if timeout is None else self._delay("watch", timeout)
         operation._purgatory = self
         operation._keys = keys
         operation._handle = None
@@ -307,12 +324,16 @@ class Purgatory:
             return True
         if operation._phase != _FIRST:
             return False  # it failed, or was cancelled from inside try_complete
-        if when <= loop.time():
+        if delay == 0.0:
             operation._phase = _EXPIRED
             self._expired += 1
             self._hook(operation, operation.on_expiration)
             return False
-        self._watch(operation, keys, when, operation, None)
+        if delay != _inf:
+            timer = self._timer
+            assert timer is not None
+            operation._handle = timer.call_later(delay, operation)
+        self._watch(operation, keys)
         operation._phase = _PENDING
         return False
 
@@ -346,9 +367,30 @@ class Purgatory:
             )
         completed = 0
         # A snapshot: a check may finish other operations of this key (or watch new ones).
-        for op in list(ops) if len(ops) > 1 else tuple(ops):
-            if op._phase == _PENDING and op._try():
-                completed += 1
+        for op in tuple(ops):
+            if op._phase != _PENDING:
+                continue
+            if type(op) is not _Wait:
+                if op._try():
+                    completed += 1
+                continue
+            # _Wait._try, inline: this loop is the purgatory's hot path.
+            op._phase = _CHECKING
+            try:
+                result = op._check()
+            except BaseException as exc:
+                op._failed(exc)
+                continue
+            if op._phase != _CHECKING:
+                continue  # cancelled by its own check
+            if result is None:
+                op._phase = _PENDING
+                continue
+            op._phase = _COMPLETED
+            self._completed += 1
+            self._unwatch(op)
+            op.set_result(result)
+            completed += 1
         return completed
 
     # -- internals -----------------------------------------------------------------------------
@@ -372,10 +414,8 @@ class Purgatory:
         return running
 
     @staticmethod
-    def _deadline(method: str, timeout: object, loop: asyncio.AbstractEventLoop) -> float:
-        """The loop time ``timeout`` seconds from now (inf for None), or a clear error."""
-        if timeout is None:
-            return _inf
+    def _delay(method: str, timeout: object) -> float:
+        """``timeout`` as a float number of seconds (inf for none), or a clear error."""
         if isinstance(timeout, bool):
             raise TypeError(
                 f"Purgatory.{method}(): timeout must be a non-negative number of seconds "
@@ -394,21 +434,10 @@ class Purgatory:
             raise ValueError(
                 f"Purgatory.{method}(): timeout must be a non-negative number, got {given!r}"
             )
-        return loop.time() + timeout
+        return timeout
 
-    def _watch(
-        self,
-        op: _Operation,
-        keys: tuple[Hashable, ...],
-        when: float,
-        callback: Callable[[], object],
-        context: contextvars.Context | None,
-    ) -> None:
-        """File ``op``'s timer (first: it is what can refuse), then watch it under ``keys``."""
-        timer = self._timer
-        assert timer is not None
-        if when != _inf:
-            op._handle = timer.call_at(when, callback, context=context)
+    def _watch(self, op: _Operation, keys: tuple[Hashable, ...]) -> None:
+        """Watch ``op`` under ``keys`` (its timer is filed: that is what can refuse)."""
         watchers = self._watchers
         for key in keys:
             ops = watchers.get(key)
@@ -548,34 +577,18 @@ class _Wait(asyncio.Future[_T]):
         """The keys it is watched under."""
         return self._keys
 
-    def _try(self) -> bool:
-        """A signal's re-check (the state is _PENDING): True if it completed now."""
-        self._phase = _CHECKING
-        try:
-            result = self._check()
-        except (SystemExit, KeyboardInterrupt):
+    def _failed(self, exc: BaseException) -> None:
+        """Its check raised ``exc`` (its phase was _CHECKING)."""
+        if isinstance(exc, SystemExit | KeyboardInterrupt):
             if self._phase == _CHECKING:
                 self._phase = _PENDING
-            raise
-        except BaseException as exc:
-            if self._phase == _CHECKING:  # not cancelled by its own check
-                self._phase = _FAILED
-                purgatory = self._purgatory
-                purgatory._failed += 1
-                purgatory._unwatch(self)
-                _fail(self, exc)
-            return False
-        if self._phase != _CHECKING:
-            return False  # cancelled by its own check
-        if result is None:
-            self._phase = _PENDING
-            return False
-        self._phase = _COMPLETED
-        purgatory = self._purgatory
-        purgatory._completed += 1
-        purgatory._unwatch(self)
-        self.set_result(result)
-        return True
+            raise exc
+        if self._phase == _CHECKING:  # not cancelled by its own check
+            self._phase = _FAILED
+            purgatory = self._purgatory
+            purgatory._failed += 1
+            purgatory._unwatch(self)
+            _fail(self, exc)
 
     def __call__(self) -> None:
         """The timer's callback: the deadline passed."""
