@@ -204,3 +204,58 @@ async def test_heartbeat_mesh_notices_a_dead_peer_within_timeout_plus_interval()
         # below for clock granularity (uvloop's clock moves in whole milliseconds), 1 s
         # above for delivery and loop latency on a loaded machine (CI has stalled 0.1 s).
         assert timeout - interval - 0.01 <= delay <= timeout + interval + 1.0
+
+
+# -- the purgatory's examples: a long-poll endpoint, 2 of 3 acks ---------------------------------
+
+
+async def test_the_long_poll_waits_for_a_publish_of_its_topic_and_only_that() -> None:
+    from examples.longpoll import PURGATORY, make_app
+
+    app = make_app(wait=5.0)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with aiohttp.ClientSession() as client:
+            news = asyncio.ensure_future(client.get(f"{url}/poll?topic=news"))
+            sport = asyncio.ensure_future(client.get(f"{url}/poll?topic=sport&wait=0.05"))
+            while app[PURGATORY].stats().live < 1 or not sport.done():
+                await asyncio.sleep(0.005)  # both polls parked; sport's ran out
+            assert (await sport).status == 204
+            async with client.post(f"{url}/publish?topic=news", data="hello") as response:
+                assert await response.json() == {"woken": 1}
+            async with await news as response:
+                assert await response.json() == {"messages": ["hello"], "next": 1}
+            async with client.get(f"{url}/poll?topic=news") as response:  # at once: after=0
+                assert (await response.json())["messages"] == ["hello"]
+            async with client.get(f"{url}/stats") as response:
+                stats = await response.json()
+            assert (stats["live"], stats["completed"], stats["expired"]) == (0, 2, 1)
+            async with client.get(f"{url}/poll") as response:
+                assert response.status == 400
+    finally:
+        await runner.cleanup()
+
+
+async def test_two_of_three_acks_or_a_timeout() -> None:
+    from examples.acks import replicate
+
+    purgatory = aiowheel.Purgatory()
+    fast = {"replica-1": 0.001, "replica-2": 0.002, "replica-3": 1.0}
+    assert await replicate(purgatory, "w1", fast, within=0.5) == ["replica-1", "replica-2"]
+    slow = {"replica-1": 0.001, "replica-2": 1.0, "replica-3": 1.0}
+    with pytest.raises(TimeoutError):
+        await replicate(purgatory, "w2", slow, within=0.01)
+    assert purgatory.stats().live == 0
+
+
+def test_the_acks_example_runs() -> None:
+    done = subprocess.run(
+        [sys.executable, "examples/acks.py"], cwd=ROOT, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "write-2 timed out" in done.stdout and "committed by" in done.stdout

@@ -1,0 +1,94 @@
+"""A long-poll endpoint on aiohttp, on a :class:`aiowheel.Purgatory`.
+
+``GET /poll?topic=T[&after=N][&wait=S]`` answers at once with the messages of topic ``T`` after
+the ``N``-th, or waits up to ``S`` seconds (default ``--wait``, 30) for one to be published:
+``200 {"messages": [...], "next": M}``, or ``204`` once the wait is over with nothing new.
+``POST /publish?topic=T`` with a text body appends a message and signals the topic: only the
+polls of that topic are re-checked, and only those whose condition now holds are woken.
+``GET /stats`` gives the purgatory's counters.
+
+    python examples/longpoll.py --port 8080
+    curl 'http://127.0.0.1:8080/poll?topic=news&wait=10' &
+    curl -X POST --data hello 'http://127.0.0.1:8080/publish?topic=news'
+
+A client that goes away cancels its handler (aiohttp cancels it on disconnect): its wait leaves
+the purgatory at once, timer and all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from aiohttp import web
+
+import aiowheel
+
+PURGATORY: web.AppKey[aiowheel.Purgatory] = web.AppKey("purgatory", aiowheel.Purgatory)
+TOPICS: web.AppKey[dict[str, list[str]]] = web.AppKey("topics", dict)
+WAIT: web.AppKey[float] = web.AppKey("wait", float)
+
+
+async def poll(request: web.Request) -> web.Response:
+    """Messages of ``topic`` after ``after``, at once or within ``wait`` seconds; 204 if none."""
+    topic = request.query.get("topic")
+    if not topic:
+        raise web.HTTPBadRequest(text="topic is required")
+    try:
+        after = int(request.query.get("after", "0"))
+        wait = float(request.query.get("wait", request.app[WAIT]))
+    except ValueError:
+        raise web.HTTPBadRequest(text="after must be an int, wait a number") from None
+    topics = request.app[TOPICS]
+
+    def news() -> list[str] | None:
+        log = topics.get(topic, [])
+        return log[after:] or None
+
+    try:
+        messages = await request.app[PURGATORY].wait([topic], news, max(0.0, wait))
+    except TimeoutError:
+        return web.Response(status=204)
+    return web.json_response({"messages": messages, "next": after + len(messages)})
+
+
+async def publish(request: web.Request) -> web.Response:
+    """Append the body to ``topic`` and wake that topic's polls."""
+    topic = request.query.get("topic")
+    if not topic:
+        raise web.HTTPBadRequest(text="topic is required")
+    request.app[TOPICS].setdefault(topic, []).append(await request.text())
+    woken = request.app[PURGATORY].signal(topic)
+    return web.json_response({"woken": woken})
+
+
+async def stats(request: web.Request) -> web.Response:
+    """The purgatory's counters, and its operations in the loop's timer census."""
+    counters = dataclasses.asdict(request.app[PURGATORY].stats())
+    census = [pair for pair in aiowheel.timer_census(top=None) if pair[0].startswith("purgatory")]
+    return web.json_response({**counters, "census": census})
+
+
+def make_app(wait: float = 30.0) -> web.Application:
+    """The application: one purgatory, the topics' logs in memory."""
+    app = web.Application()
+    app[PURGATORY] = aiowheel.Purgatory()
+    app[TOPICS] = {}
+    app[WAIT] = wait
+    app.router.add_get("/poll", poll)
+    app.router.add_post("/publish", publish)
+    app.router.add_get("/stats", stats)
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--wait", type=float, default=30.0, help="a poll's longest wait, s")
+    args = parser.parse_args()
+    web.run_app(make_app(args.wait), host=args.host, port=args.port, loop=aiowheel.new_event_loop())
+
+
+if __name__ == "__main__":
+    main()
