@@ -1,24 +1,33 @@
 """Request deadlines under uvicorn: does the work stop, how late is the 504, what does it cost.
 
-``python -m bench.deadlines [--requests 8000] [--concurrency 50] [--storm 400]
-[--timeout 0.5] [--rounds 5] [--quick] [--out DIR]`` starts uvicorn with uvloop, stock
-(``--loop uvloop``) and on loop mode (``--loop aiowheel.loops:uvloop``), serving one FastAPI
-app (:func:`make_app`, below) in three shapes:
+``python -m bench.deadlines [--requests 8000] [--bursts 10] [--concurrency 50]
+[--storm 400] [--timeout 0.5] [--rounds 5] [--quick] [--out DIR]`` serves one FastAPI app
+(:func:`build_app`, below) under uvicorn with uvloop, stock (``--loop uvloop``) and on loop
+mode (``--loop aiowheel.loops:uvloop``), in three shapes:
 
 - ``none``: no deadline at all (the throughput reference);
 - ``middleware``: :class:`aiowheel.asgi.DeadlineMiddleware`;
 - ``basehttp``: the shape most apps use, ``@app.middleware("http")`` around
   ``asyncio.timeout`` (Starlette's ``BaseHTTPMiddleware``: the endpoint runs in another task).
 
-Against each (the six alternate within every round; medians over the rounds, with the worst
-and best): requests/s of ``--requests`` fast requests, ``--concurrency`` at a time; then a
-storm of ``--storm`` concurrent requests whose endpoint sleeps 10 s, far past the ``--timeout``
-deadline: every one must get its 504, and the moment the last has, the server is asked how
-many endpoints are still running (goal: 0: the deadline stopped the work). The 504's lateness
-is read twice: by the server's loop clock (the answer's ``waited`` minus the deadline; the
-loop's own lag p99 beside it, from :func:`aiowheel.loop_lag`) and by the client (latency minus
-the deadline). ``--quick``: one round, small counts (a smoke test). Only 127.0.0.1 is
-contacted; every loop is bounded in count and time.
+Each round serves the three shapes side by side, stock then loop mode (the next round the other
+way round), and measures:
+
+- throughput: ``--requests`` fast requests per server, ``--concurrency`` at a time, in
+  ``--bursts`` bursts that alternate between the three servers, so that what else the machine
+  does falls on each alike (a shared machine moved whole sequential runs by 2x); the median
+  burst, and the median of each deadline shape's per-burst ratio to no deadline (goal: the
+  middleware within 3%);
+- a storm of ``--storm`` concurrent requests whose endpoint sleeps 10 s, far past the
+  ``--timeout`` deadline: every one must get its 504, none early, and the moment the last has,
+  the server is asked how many endpoints are still running (goal: 0, the work stopped). The
+  504's lateness is read by the server's loop clock (``waited`` minus the deadline; the loop's
+  own lag p99 beside it, from :func:`aiowheel.loop_lag`) and by the client (latency minus the
+  deadline);
+- the middleware's own cost per request, in process (raw ASGI calls: no sockets, no client).
+
+Figures are medians over the rounds, with min and max. ``--quick``: one round, small counts (a
+smoke test). Only 127.0.0.1 is contacted; every loop is bounded in count and time.
 """
 
 from __future__ import annotations
@@ -50,21 +59,26 @@ OVERRUN_MS = 10_000
 
 
 def make_app() -> Any:
-    """The bench's FastAPI app, in the shape env ``DEADLINE_SHAPE`` names (``none``,
-    ``middleware``, ``basehttp``) with a ``DEADLINE_TIMEOUT`` s deadline (default 0.5):
-    ``GET /work?ms=N`` sleeps N ms (a 504 body says ``waited`` and ``early`` by the loop's
-    clock), ``GET /inflight`` counts the ``/work`` endpoints still running and reads the
-    loop's lag. For ``uvicorn --factory bench.deadlines:make_app``."""
+    """The bench's app (:func:`build_app`) in the shape env ``DEADLINE_SHAPE`` names with a
+    ``DEADLINE_TIMEOUT`` s deadline (default 0.5): for ``uvicorn --factory
+    bench.deadlines:make_app``."""
+    shape = os.environ.get("DEADLINE_SHAPE", "middleware")
+    if shape not in SHAPES:
+        raise SystemExit(f"DEADLINE_SHAPE must be one of {', '.join(SHAPES)}, got {shape!r}")
+    return build_app(shape, float(os.environ.get("DEADLINE_TIMEOUT", "0.5")))
+
+
+def build_app(shape: str, timeout: float) -> Any:
+    """A FastAPI app in ``shape`` (``none``, ``middleware``, ``basehttp``) with a ``timeout``
+    s deadline: ``GET /work?ms=N`` sleeps N ms (a 504 body says ``waited`` and ``early`` by
+    the loop's clock), ``GET /inflight`` counts the ``/work`` endpoints still running and
+    reads the loop's lag."""
     from fastapi import FastAPI, Request, Response
     from fastapi.responses import JSONResponse
 
     import aiowheel
     from aiowheel.asgi import DeadlineMiddleware, Expired
 
-    shape = os.environ.get("DEADLINE_SHAPE", "middleware")
-    timeout = float(os.environ.get("DEADLINE_TIMEOUT", "0.5"))
-    if shape not in SHAPES:
-        raise SystemExit(f"DEADLINE_SHAPE must be one of {', '.join(SHAPES)}, got {shape!r}")
     app = FastAPI()
     inflight = [0]
 
@@ -113,27 +127,38 @@ def make_app() -> Any:
 # --- the client side ----------------------------------------------------------------------------
 
 
-async def throughput(url: str, requests: int, concurrency: int) -> tuple[float, float]:
-    """Requests/s of ``requests`` fast requests, ``concurrency`` at a time, and how many were
-    not answered 200 (a fast request past the deadline: a stalled machine)."""
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    not_ok = 0
+async def bursts(urls: dict[str, str], requests: int, concurrency: int, count: int) -> Any:
+    """Requests/s of each server in ``urls``, in ``count`` bursts of ``requests / count`` fast
+    requests (``concurrency`` at a time) that alternate between the servers, so that what
+    else the machine does falls on each alike; each server's rate per burst, and how many
+    requests were not answered 200 (a fast request past its deadline: a stalled machine)."""
+    rates: dict[str, list[float]] = {name: [] for name in urls}
+    not_ok = dict.fromkeys(urls, 0.0)
+    per_burst = max(1, requests // count)
+    connector = aiohttp.TCPConnector(limit=concurrency * len(urls))
     async with aiohttp.ClientSession(connector=connector) as client:
-        left = iter(range(requests))
 
-        async def worker() -> None:
-            nonlocal not_ok
-            for _ in left:
-                async with client.get(f"{url}/work?ms=0") as response:
-                    await response.read()
-                    not_ok += response.status != 200
+        async def burst(name: str) -> float:
+            left = iter(range(per_burst))
 
-        for _ in range(concurrency):  # warm the connections up
-            async with client.get(f"{url}/work?ms=0") as response:
-                await response.read()
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return requests / (time.perf_counter() - started), float(not_ok)
+            async def worker() -> None:
+                for _ in left:
+                    async with client.get(f"{urls[name]}/work?ms=0") as response:
+                        await response.read()
+                        not_ok[name] += response.status != 200
+
+            started = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            return per_burst / (time.perf_counter() - started)
+
+        names = list(urls)
+        for name in names:  # warm the connections up
+            await burst(name)
+        for index in range(count):
+            shift = index % len(names)
+            for name in names[shift:] + names[:shift]:
+                rates[name].append(await burst(name))
+    return rates, not_ok
 
 
 async def storm(url: str, count: int, deadline: float) -> dict[str, float]:
@@ -167,67 +192,128 @@ async def storm(url: str, count: int, deadline: float) -> dict[str, float]:
     }
 
 
-def run_one(shape: str, loop: str, args: argparse.Namespace) -> dict[str, float]:
-    """Start uvicorn serving ``shape`` on ``loop``, measure it, stop it."""
+def serve(shape: str, loop: str, timeout: float) -> tuple[subprocess.Popen[bytes], str]:
+    """Start uvicorn serving ``shape`` on ``loop``; the process and its URL."""
     port = free_port()
     command = [
         sys.executable, "-m", "uvicorn", "--factory", "bench.deadlines:make_app",
         "--host", "127.0.0.1", "--port", str(port), "--loop", LOOPS[loop],
         "--log-level", "warning", "--no-access-log", "--backlog", "4096",
     ]  # fmt: skip
-    env = {**os.environ, "DEADLINE_SHAPE": shape, "DEADLINE_TIMEOUT": str(args.timeout)}
-    server = subprocess.Popen(command, cwd=ROOT, env=env)
+    env = {**os.environ, "DEADLINE_SHAPE": shape, "DEADLINE_TIMEOUT": str(timeout)}
+    return subprocess.Popen(command, cwd=ROOT, env=env), f"http://127.0.0.1:{port}"
+
+
+def stop(server: subprocess.Popen[bytes]) -> None:
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def run_round(loop: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """The three shapes on ``loop``, served side by side: their throughput in alternating
+    bursts (the median burst of each, and of each deadline shape's ratio to no deadline),
+    then a storm against each deadline shape."""
+    servers = {shape: serve(shape, loop, args.timeout) for shape in SHAPES}
     try:
 
-        async def measure() -> dict[str, float]:
-            url = f"http://127.0.0.1:{port}"
-            await wait_ready(url, 60.0, "/inflight")
-            rate, not_ok = await throughput(url, args.requests, args.concurrency)
-            figures = {"requests_per_s": rate, "fast_not_200": not_ok}
-            if shape != "none":
-                figures.update(await storm(url, args.storm, args.timeout))
+        async def measure() -> dict[str, dict[str, float]]:
+            urls = {shape: url for shape, (_, url) in servers.items()}
+            for url in urls.values():
+                await wait_ready(url, 60.0, "/inflight")
+            rates, not_ok = await bursts(urls, args.requests, args.concurrency, args.bursts)
+            figures: dict[str, dict[str, float]] = {}
+            for shape in SHAPES:
+                figures[shape] = {
+                    "requests_per_s": statistics.median(rates[shape]),
+                    "fast_not_200": not_ok[shape],
+                }
+                if shape != "none":
+                    ratios = [a / b for a, b in zip(rates[shape], rates["none"], strict=True)]
+                    figures[shape]["vs_none_pct"] = 100 * (statistics.median(ratios) - 1)
+                    figures[shape].update(await storm(urls[shape], args.storm, args.timeout))
             return figures
 
         return asyncio.run(measure())
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        for server, _ in servers.values():
+            stop(server)
+
+
+def inprocess_cost(loop: str, requests: int, rounds: int) -> dict[str, float]:
+    """CPU microseconds per request of the app called in process (a raw ASGI call, no
+    sockets, no client): no deadline and the middleware, ``requests`` each, alternating over
+    ``rounds``; the median of each and of their difference. The middleware's own cost, free
+    of the network's noise."""
+    import aiowheel
+    import aiowheel.loops
+
+    apps = {shape: build_app(shape, 30.0) for shape in ("none", "middleware")}
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+             "scheme": "http", "path": "/work", "raw_path": b"/work", "query_string": b"ms=0",
+             "root_path": "", "headers": [(b"host", b"bench")], "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 80)}  # fmt: skip
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        pass
+
+    async def run(app: Any) -> float:
+        # CPU time of this process, not wall time: on a shared machine the time another
+        # process holds the core is not counted (wall times here moved by 2x between runs).
+        started = time.process_time()
+        for _ in range(requests):
+            await app(dict(scope), receive, send)
+        return (time.process_time() - started) / requests * 1e6
+
+    async def measure() -> dict[str, list[float]]:
+        times: dict[str, list[float]] = {shape: [] for shape in apps}
+        for app in apps.values():
+            await run(app)  # warm up
+        for index in range(rounds):
+            order = list(apps) if index % 2 == 0 else list(apps)[::-1]
+            for shape in order:
+                times[shape].append(await run(apps[shape]))
+        return times
+
+    factory = aiowheel.loops.uvloop if loop == "loop mode" else aiowheel.loops.base_class("uvloop")
+    assert factory is not None
+    event_loop = factory()
+    try:
+        times = event_loop.run_until_complete(measure())
+    finally:
+        event_loop.close()
+    added = [m - n for m, n in zip(times["middleware"], times["none"], strict=True)]
+    return {
+        "none_us": statistics.median(times["none"]),
+        "middleware_us": statistics.median(times["middleware"]),
+        "added_us": statistics.median(added),
+    }
 
 
 def spread(values: list[float]) -> str:
-    """Median (worst-best), the worst being the smallest for a rate, the largest otherwise."""
-    return f"{statistics.median(values):,.1f} ({min(values):,.1f}-{max(values):,.1f})"
+    """Median (min-max)."""
+    return f"{statistics.median(values):,.1f} ({min(values):,.1f} to {max(values):,.1f})"
 
 
 def table(raw: dict[str, list[dict[str, float]]]) -> list[str]:
-    """One line per contender and figure: median (min-max) over the rounds; and the
-    throughput of each deadline shape against no deadline, per round then the median."""
+    """One line per contender and figure: median (min to max) over the rounds."""
     lines = []
     for name, runs in raw.items():
         for metric in runs[0]:
             lines.append(f"  {name:<24} {metric:<20} {spread([r[metric] for r in runs])}")
-    for loop in LOOPS:
-        reference = raw[f"none / {loop}"]
-        for shape in SHAPES[1:]:
-            ratios = [
-                100 * (r["requests_per_s"] / ref["requests_per_s"] - 1)
-                for r, ref in zip(raw[f"{shape} / {loop}"], reference, strict=True)
-            ]
-            rounds = ", ".join(f"{x:+.1f}%" for x in ratios)
-            lines.append(
-                f"  {shape} / {loop}: requests/s vs no deadline, per round {rounds}; "
-                f"median {statistics.median(ratios):+.1f}%"
-            )
     return lines
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.deadlines", description=__doc__)
-    parser.add_argument("--requests", type=int, default=8000)
+    parser.add_argument("--requests", type=int, default=8000, help="fast requests per server")
+    parser.add_argument("--bursts", type=int, default=10, help="bursts they are sent in")
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--storm", type=int, default=400)
     parser.add_argument("--timeout", type=float, default=0.5)
@@ -236,28 +322,31 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args(argv)
     if args.quick:
-        args.requests, args.concurrency, args.storm, args.rounds = 200, 10, 20, 1
-    if min(args.requests, args.concurrency, args.storm, args.rounds) < 1 or args.timeout <= 0:
-        parser.error("--requests, --concurrency, --storm and --rounds must be >= 1, --timeout > 0")
-    contenders = [(shape, loop) for loop in LOOPS for shape in SHAPES]
-    raw: dict[str, list[dict[str, float]]] = {f"{s} / {lo}": [] for s, lo in contenders}
+        args.requests, args.bursts, args.concurrency, args.storm, args.rounds = 200, 2, 10, 20, 1
+    counts = (args.requests, args.bursts, args.concurrency, args.storm, args.rounds)
+    if min(counts) < 1 or args.timeout <= 0:
+        parser.error("every count must be >= 1 and --timeout > 0")
+    raw: dict[str, list[dict[str, float]]] = {}
+    loops = list(LOOPS)
     for round_ in range(args.rounds):
-        shift = round_ % len(contenders)  # alternate: each round starts with another contender
-        for shape, loop in contenders[shift:] + contenders[:shift]:
-            figures = run_one(shape, loop, args)
-            raw[f"{shape} / {loop}"].append(figures)
-            shown = ", ".join(f"{k}={v:,.1f}" for k, v in figures.items())
-            print(f"round {round_ + 1}/{args.rounds} {shape} / {loop}: {shown}", flush=True)
-    lines = table(raw)
-    print("medians (worst-best) over the rounds:")
-    print("\n".join(lines))
+        for loop in loops if round_ % 2 == 0 else loops[::-1]:  # alternate which goes first
+            for shape, figures in run_round(loop, args).items():
+                raw.setdefault(f"{shape} / {loop}", []).append(figures)
+                shown = ", ".join(f"{k}={v:,.1f}" for k, v in figures.items())
+                print(f"round {round_ + 1}/{args.rounds} {shape} / {loop}: {shown}", flush=True)
+            cost = inprocess_cost(loop, 200 if args.quick else 500, 3 if args.quick else 41)
+            raw.setdefault(f"in process / {loop}", []).append(cost)
+            shown = ", ".join(f"{k}={v:,.1f}" for k, v in cost.items())
+            print(f"round {round_ + 1}/{args.rounds} in process / {loop}: {shown}", flush=True)
+    print("medians (min to max) over the rounds:")
+    print("\n".join(table(raw)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     document = {"python": sys.version.split()[0], "args": vars(args), "raw": raw}
     (out / "deadlines.json").write_text(json.dumps(document, indent=2))
     print(f"wrote {out / 'deadlines.json'}")
     # The checks hold for the middleware (aiowheel's timers never fire early; the work stops);
-    # the BaseHTTPMiddleware shape is measured, not judged (stock uvloop's timers do run early).
+    # the BaseHTTPMiddleware shape is measured, not judged (stock uvloop's timers can run early).
     failed = [
         name
         for name, runs in raw.items()
