@@ -128,6 +128,7 @@ struct CoreObject {
     PyObject *clock; /* NULL: CLOCK_MONOTONIC read natively */
     int64_t armed;   /* the engine's armed expiration (its _armed, mirrored) */
     PyObject *arm;   /* the engine's _arm */
+    PyObject *claim; /* the engine's take-over check for a cancel from another thread, or NULL */
     /* loop mode's routing */
     int fast;  /* the engine lets call_at / call_later file here directly */
     int debug; /* the loop's debug mode: cancel() checks the thread */
@@ -696,24 +697,37 @@ handle_get_context(HandleObject *h, PyObject *Py_UNUSED(ignored))
     return Py_NewRef(h->context);
 }
 
+/* On a free-threaded build every cancel() is checked for its thread, as the engine's own
+ * (aiowheel._engine._FREE_THREADED); with the GIL only in debug mode, and only while the handle
+ * is pending (a due handle's core may be gone there: it holds no reference to it). */
+#ifdef Py_GIL_DISABLED
+#define ALWAYS_CHECK_THREAD 1
+#else
+#define ALWAYS_CHECK_THREAD 0
+#endif
+
 static PyObject *
 handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored))
 {
     /* What the handle lets go of is released after the critical section: a callback's or an
      * argument's finalizer may run any code. */
-    PyObject *callback = NULL, *args = NULL, *result = Py_False;
-    int pending = 0;
+    PyObject *callback = NULL, *args = NULL, *result = Py_False, *claim = NULL;
+    int pending = 0, checked = 0;
+again:
     Py_BEGIN_CRITICAL_SECTION(h->core); /* a Core is alive while it is set (see above) */
-    if (h->link.prev != NULL) {
-        CoreObject *c = h->core;
-        if (c->debug && PyThread_get_thread_ident() != c->thread_id) {
-            result = NULL;
-        }
-        else {
-            wheel_unlink(c, h);
-            c->removed++;
-            pending = 1;
-        }
+    CoreObject *c = h->core;
+    int live = h->link.prev != NULL || (ALWAYS_CHECK_THREAD && c != NULL && h->tick == DISPATCHED);
+    if (live && !checked && (c->debug || ALWAYS_CHECK_THREAD) &&
+        PyThread_get_thread_ident() != c->thread_id) {
+        /* Another thread: the engine says whether it may take the loop over (its loop is not
+         * running) or refuses, before anything changes; asked outside the critical section. */
+        claim = c->claim != NULL ? Py_NewRef(c->claim) : Py_NewRef(Py_None);
+        result = NULL;
+    }
+    else if (h->link.prev != NULL) {
+        wheel_unlink(c, h);
+        c->removed++;
+        pending = 1;
     }
     if (result != NULL && (pending || h->tick == DISPATCHED)) {
         h->tick = CANCELLED;
@@ -724,10 +738,23 @@ handle_cancel(HandleObject *h, PyObject *Py_UNUSED(ignored))
     }
     Py_END_CRITICAL_SECTION();
     if (result == NULL) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "a timer must be cancelled from the thread running its event loop; "
-                        "from another thread use loop.call_soon_threadsafe(handle.cancel)");
-        return NULL;
+        if (claim == Py_None) {
+            Py_DECREF(claim);
+            PyErr_SetString(PyExc_RuntimeError,
+                            "a timer must be cancelled from the thread running its event loop; "
+                            "from another thread use loop.call_soon_threadsafe(handle.cancel)");
+            return NULL;
+        }
+        PyObject *res = PyObject_CallNoArgs(claim);
+        Py_DECREF(claim);
+        if (res == NULL) {
+            return NULL;
+        }
+        Py_DECREF(res);
+        claim = NULL;
+        checked = 1;
+        result = Py_False;
+        goto again;
     }
     if (pending) {
         Py_DECREF(h); /* the wheel's reference: the caller holds one */
@@ -963,6 +990,13 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
         PyErr_SetString(PyExc_ValueError, "deadline must not be NaN");
         return NULL;
     }
+    int64_t tick = tick_for(c, when);
+    if (tick >= NEVER_TICK && when != INFINITY) {
+        /* A finite deadline 2**62 ticks or more past the epoch (a virtual clock moved that
+         * far): beyond the core's int64 grid, where it would never come due. The engine's
+         * wheel (Python ints) files it: NotImplemented says so to every caller. */
+        Py_RETURN_NOTIMPLEMENTED;
+    }
     HandleObject *h = handle_new();
     if (h == NULL) {
         return NULL;
@@ -1003,7 +1037,7 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
     h->core = c;
 #endif
     Py_INCREF(h); /* the wheel's */
-    if (core_arm_if_earlier(c, wheel_insert(c, h, tick_for(c, when))) < 0) {
+    if (core_arm_if_earlier(c, wheel_insert(c, h, tick)) < 0) {
         Py_DECREF(h);
         return NULL;
     }
@@ -1116,6 +1150,22 @@ read_context(PyObject *kwnames, PyObject *const *args, Py_ssize_t nargs, PyObjec
     return 1;
 }
 
+/* On a free-threaded build a call from a thread that is not the loop's takes the slow path,
+ * where the engine takes the loop over (it is not running) or refuses, and files under its
+ * take-over lock: filed here directly, a wheel's bucket queued before the armed wake-up would
+ * call the engine's _arm from that thread, racing the loop's own (a lost wake-up). With the
+ * GIL a foreign call is misuse that nothing checks outside debug mode, as asyncio's. */
+static inline int
+foreign_thread(CoreObject *c)
+{
+#ifdef Py_GIL_DISABLED
+    return PyThread_get_thread_ident() != c->thread_id;
+#else
+    (void)c;
+    return 0;
+#endif
+}
+
 static PyObject *
 core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1123,7 +1173,7 @@ core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwna
     PyObject *context;
     double when, now;
     if (nargs < 2 || !c->fast || !read_context(kwnames, args, nargs, &context) ||
-        !as_seconds(args[0], &when)) {
+        !as_seconds(args[0], &when) || foreign_thread(c)) {
         goto slow;
     }
     if (core_now(c, &now) < 0) {
@@ -1134,7 +1184,12 @@ core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwna
         if (Py_TYPE(args[1])->tp_call == NULL) { /* PyCallable_Check, inline */
             goto slow;
         }
-        return core_file_locked(c, when, args[1], args + 2, nargs - 2, context);
+        PyObject *res = core_file_locked(c, when, args[1], args + 2, nargs - 2, context);
+        if (res != Py_NotImplemented) {
+            return res;
+        }
+        Py_DECREF(res); /* beyond the core's grid: the engine's wheel, through the slow path */
+        goto slow;
     }
     if (ahead == ahead) { /* near, and not NaN: straight to the loop's heap */
         if (c->near_pad && ahead > 0) {
@@ -1163,7 +1218,7 @@ core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *k
     PyObject *context;
     double delay, now;
     if (nargs < 2 || !c->fast || !read_context(kwnames, args, nargs, &context) ||
-        !as_seconds(args[0], &delay)) {
+        !as_seconds(args[0], &delay) || foreign_thread(c)) {
         goto slow;
     }
     if (delay >= c->threshold) {
@@ -1176,7 +1231,11 @@ core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *k
                                     : core_file(c, now + delay, args[1], args + 2, nargs - 2,
                                                 context);
         Py_END_CRITICAL_SECTION();
-        return res;
+        if (res != Py_NotImplemented) {
+            return res;
+        }
+        Py_DECREF(res); /* beyond the core's grid: the engine's wheel, through the slow path */
+        goto slow;
     }
     if (delay == delay) {
         if (c->near_call_later == NULL) {
@@ -1295,7 +1354,10 @@ core_advance(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
             /* Not due after all (float rounding put it a hair early): file it again from its
              * exact deadline. */
             int64_t tick = tick_for(c, when);
-            wheel_insert(c, h, tick > now_tick ? tick : now_tick + 1);
+            if (tick <= now_tick) {
+                tick = now_tick + 1;
+            }
+            wheel_insert(c, h, tick < NEVER_TICK ? tick : NEVER_TICK - 1);
             continue;
         }
         if (!fired) {
@@ -1652,16 +1714,17 @@ core_get_native_clock(CoreObject *c, void *Py_UNUSED(closure))
 static PyObject *
 core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *arm, *clock;
+    PyObject *arm, *clock, *claim = Py_None;
     double tick, epoch;
     Py_ssize_t slots;
-    static char *kwlist[] = {"arm", "tick", "slots", "epoch", "clock", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OdndO:Core", kwlist, &arm, &tick, &slots,
-                                     &epoch, &clock)) {
+    static char *kwlist[] = {"arm", "tick", "slots", "epoch", "clock", "claim", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OdndO|$O:Core", kwlist, &arm, &tick, &slots,
+                                     &epoch, &clock, &claim)) {
         return NULL;
     }
     if (slots < 2 || (slots & (slots - 1)) || slots > (1 << 20)) {
-        return PyErr_Format(PyExc_ValueError, "slots must be a power of two >= 2, got %zd",
+        return PyErr_Format(PyExc_ValueError,
+                            "slots must be a power of two from 2 to 1048576 (2**20), got %zd",
                             slots);
     }
     if (!(tick > 0) || !isfinite(tick)) {
@@ -1706,6 +1769,7 @@ core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     c->clock = clock == Py_None ? NULL : Py_NewRef(clock);
     c->armed = INT64_MAX;
     c->arm = Py_NewRef(arm);
+    c->claim = claim == Py_None ? NULL : Py_NewRef(claim);
     c->threshold = INFINITY;
     return (PyObject *)c;
 }
@@ -1715,6 +1779,7 @@ core_traverse(CoreObject *c, visitproc visit, void *arg)
 {
     Py_VISIT(c->clock);
     Py_VISIT(c->arm);
+    Py_VISIT(c->claim);
     Py_VISIT(c->near_call_at);
     Py_VISIT(c->near_call_later);
     Py_VISIT(c->slow_call_at);
@@ -1768,6 +1833,7 @@ core_clear(CoreObject *c)
     c->fast = 0;
     Py_CLEAR(c->clock);
     Py_CLEAR(c->arm);
+    Py_CLEAR(c->claim);
     Py_CLEAR(c->near_call_at);
     Py_CLEAR(c->near_call_later);
     Py_CLEAR(c->slow_call_at);

@@ -36,6 +36,8 @@ class Core:
         slots: int,
         epoch: float,
         clock: Callable[[], float] | None,
+        *,
+        claim: Callable[[], None] | None = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def call_at(self, when: Any, callback: Any, *args: Any, context: Any = None) -> Any: ...
@@ -46,7 +48,7 @@ class Core:
         callback: Callable[..., object],
         args: tuple[object, ...],
         context: contextvars.Context | None,
-    ) -> TimerHandle: ...
+    ) -> Any: ...  # a TimerHandle; NotImplemented past the core's grid (2**62 ticks)
     def next_expiration(self) -> int | None: ...
     def advance(
         self, now_tick: int, now: float, pass_floor: float, lateness: float

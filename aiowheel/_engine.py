@@ -141,6 +141,23 @@ _REAPER_AWAKE: Final = -(1 << 62)
 # (the reaper), and a deadline within it above one is filed in that boundary's tick (_admit).
 _TICK_EPSILON: Final = 1e-6
 
+# The native core's grid: its ticks are int64, and it files no finite deadline at or past
+# this tick (aiowheel/_core.c's NEVER_TICK: the engine's wheel takes those), so a clock that
+# has gone further is, to the core, at its last tick.
+_CORE_TICKS: Final = 1 << 62
+
+# What a call from a thread that is not running the loop raises where it is checked (debug mode;
+# always on a free-threaded build): asyncio's debug-mode words, then what to do instead.
+_FOREIGN_THREAD: Final = (
+    "Non-thread-safe operation invoked on an event loop other than the current one: "
+    "a loop-mode loop's call_at / call_later must be called from the thread running it; "
+    "from another thread use loop.call_soon_threadsafe()"
+)
+_FOREIGN_CANCEL: Final = (
+    "a timer must be cancelled from the thread running its event loop; from another thread "
+    "use loop.call_soon_threadsafe(handle.cancel)"
+)
+
 # max_pending=None: no limit (a C static in the compiled build).
 _NO_LIMIT: Final = sys.maxsize
 
@@ -262,6 +279,7 @@ class Engine(Owner):
         "_asyncio_loop",
         "_bound_loop",
         "_cancelled_on_close",
+        "_claim_lock",
         "_clock",
         "_closed",
         "_closing_cause",
@@ -271,6 +289,7 @@ class Engine(Owner):
         "_epoch",
         "_fired",
         "_forks",
+        "_in_run",
         "_inverse_tick",
         "_lag",
         "_limit",
@@ -281,6 +300,7 @@ class Engine(Owner):
         "_origins",
         "_pass_floor",
         "_ready",
+        "_ready_when",
         "_reaper",
         "_slots",
         "_thread_id",
@@ -288,6 +308,7 @@ class Engine(Owner):
         "_waiter",
         "_wake_at",
         "_wake_handle",
+        "_wake_tick",
         "_wakeups",
         "_wheel",
     )
@@ -312,6 +333,13 @@ class Engine(Owner):
         # thread ids is ~5x cheaper on 3.11 than asking for the running loop (a getpid()
         # system call there). No thread has id -1.
         self._thread_id = -1
+        # Held by every change of the loop's thread (_claim_thread, _run_here) together with
+        # the call that made it, and by loop.close(): a thread that takes over a loop that is
+        # not running finishes its call before the loop can start (or close) in another.
+        self._claim_lock: Final = threading.RLock()
+        # Between _run_here and the end of run_forever (loop mode): the loop is, or is about
+        # to be, running in `_thread_id`; no other thread may take it over.
+        self._in_run = False
         self._epoch = 0.0
         self._closed = False
         self._closing_cause: str | None = None
@@ -320,6 +348,8 @@ class Engine(Owner):
         self._waiter: asyncio.Future[None] | None = None
         self._wake_handle: _WakeHandle | None = None
         self._armed = NEVER
+        # The expiration the last wake-up was filed for (kept while the pass it starts runs).
+        self._wake_tick = NEVER
         self._fired = 0
         self._cancelled_on_close = 0
         self._wakeups = 0
@@ -334,6 +364,10 @@ class Engine(Owner):
         # before it cannot have been pending then, so it was filed later, already due.
         self._pass_floor = 0.0
         self._ready: list[_Timed] = []
+        # The deadline each entry of ``_ready`` came due at, read when it was queued: a
+        # heartbeat re-files itself (a new ``_when``) before the batch runs, and the merge with
+        # the core's batch must order it by the deadline it fired for.
+        self._ready_when: list[float] = []
         self._clock: Callable[[], float] = time.monotonic
         # Set when the engine is bound to a loop-mode loop (aiowheel._loop): `_wake_at` files
         # the wake-up handle on the loop's own heap; `_driven`: its callback is the reaper
@@ -488,6 +522,7 @@ class Engine(Owner):
                 self._slots,
                 self._epoch,
                 None if self._clock is time.monotonic else self._clock,
+                claim=self._claim_for_cancel,
             )
             self._sync_core()
         listed = _engines.get(loop)
@@ -745,9 +780,20 @@ class Engine(Owner):
                 unfired.append(entry)
         return unfired
 
+    def _refuse_closing_a_loops_own(self) -> None:
+        """RuntimeError if this is a loop-mode loop's own engine and its loop is open: it holds
+        the loop's own timers (``asyncio.sleep``'s among them), which closing would lose."""
+        if self._driven and not self._closed:
+            raise RuntimeError(
+                "this Timer is its event loop's own (loop mode: every call_at / call_later of "
+                "the loop, asyncio.sleep's too, is on it): it closes with the loop "
+                "(loop.close()); close a Timer of your own instead"
+            )
+
     def _close_for_waiting(self) -> tuple[list[Handle], asyncio.Task[None] | None]:
         """Close (as ``Timer.close``) and return the unfired handles with the reaper task
         that ``aclose`` then waits for (None: no task, or it is the caller)."""
+        self._refuse_closing_a_loops_own()
         reaper = self._reaper
         unfired = self._shutdown(None, None)
         if reaper is asyncio.current_task():
@@ -905,12 +951,21 @@ class Engine(Owner):
         before anything changes (:meth:`_claim_thread`)."""
         if entry._prev is not None:
             if (self._debug or _FREE_THREADED) and _get_ident() != self._thread_id:
-                self._claim_thread(
-                    "a timer must be cancelled from the thread running its event loop; from "
-                    "another thread use loop.call_soon_threadsafe(handle.cancel)"
-                )
+                with self._claim_lock:  # the take-over and the removal, as one
+                    self._claim_thread(_FOREIGN_CANCEL)
+                    return entry._prev is not None and self._wheel.remove(entry)
             return self._wheel.remove(entry)
         return False
+
+    def _claim_for_cancel(self) -> None:
+        """The native core's thread check of a cancel() from another thread (see
+        :meth:`_claim_thread`)."""
+        self._claim_thread(_FOREIGN_CANCEL)
+
+    def _check_cancel_of_due(self) -> None:
+        """See :class:`Owner`: the thread check of :meth:`_unfile`, for a due handle."""
+        if _FREE_THREADED and _get_ident() != self._thread_id:
+            self._claim_thread(_FOREIGN_CANCEL)
 
     def _claim_thread(self, refusal: str) -> None:
         """The slow path of the thread checks (a cancel in debug mode or on a free-threaded
@@ -920,21 +975,53 @@ class Engine(Owner):
         It becomes the loop's thread if it runs the loop now (a loop made in one thread and run
         in another) or if the loop is not running at all (set-up before ``run_forever``, which
         asyncio allows from any thread); otherwise RuntimeError(``refusal``), before anything
-        has changed."""
-        loop = self._bound_loop
-        if loop is None:  # not bound yet, or closed: no loop's thread to keep
-            return
-        if _get_running_loop() is not loop and loop.is_running():
-            raise RuntimeError(refusal)
-        self._thread_id = _get_ident()
-        self._sync_core()
+        has changed. A take-over holds ``_claim_lock``, as :meth:`_run_here` and the loop's
+        ``close()`` do, so that a loop about to run, or running, is never taken over."""
+        with self._claim_lock:
+            loop = self._bound_loop
+            if loop is None:  # not bound yet, or closed: no loop's thread to keep
+                return
+            running_here = _get_running_loop() is loop
+            if not running_here and (self._in_run or loop.is_running()):
+                raise RuntimeError(refusal)
+            self._thread_id = _get_ident()
+            self._sync_core()
+
+    def _call_from_another_thread(
+        self,
+        when: float | None,
+        delay: float,
+        callback: Callable[..., object],
+        args: tuple[object, ...],
+        context: contextvars.Context | None,
+    ) -> Handle:
+        """Loop mode's ``call_at`` (``when``) or ``call_later`` (``delay``, ``when`` None) into
+        the wheel from a thread that is not the loop's, on a free-threaded build: the take-over
+        (or the refusal) and the filing as one, under ``_claim_lock`` (:meth:`_claim_thread`)."""
+        with self._claim_lock:
+            self._claim_thread(_FOREIGN_THREAD)
+            if when is None:
+                when = self._clock() + delay
+            return self._call_callable(when, callback, args, context)
 
     def _run_here(self) -> None:
         """This thread is about to run the bound loop (loop mode's ``run_forever``): the
-        thread checks, the native core's included, answer for it from now on."""
-        if not self._closed:
-            self._thread_id = _get_ident()
-            self._sync_core()
+        thread checks, the native core's included, answer for it from now on, and no other
+        thread can take the loop over until :meth:`_run_ended`."""
+        with self._claim_lock:
+            if not self._closed:
+                self._thread_id = _get_ident()
+                self._in_run = True
+                self._sync_core()
+
+    def _run_ended(self) -> None:
+        """Loop mode's ``run_forever`` returned: a thread may take the loop over again."""
+        self._in_run = False
+
+    def _close_with_loop(self, cause: str) -> None:
+        """Loop mode's ``loop.close()``: :meth:`_shutdown`, never during a take-over."""
+        with self._claim_lock:
+            self._shutdown(None, cause)
 
     def _call(
         self,
@@ -964,11 +1051,15 @@ class Engine(Owner):
             # The native core holds every callback handle of the compiled build.
             if self._limit != _NO_LIMIT:
                 self._admit(when)  # NaN, then the limit, against the two wheels' count
-            handle: Handle = core.file(when, callback, args, context)
-            origins = self._origins
-            if origins is not None:
-                self._note_origin(handle, origins)
-            return handle
+            filed: Any = core.file(when, callback, args, context)
+            if filed is not NotImplemented:
+                handle: Handle = filed
+                origins = self._origins
+                if origins is not None:
+                    self._note_origin(handle, origins)
+                return handle
+            # NotImplemented: 2**62 ticks or more past the epoch, beyond the core's grid; the
+            # engine's wheel (Python ints) holds it, as the pure-Python build does.
         tick = self._admit(when)
         if context is None:
             context = _copy_context()
@@ -1048,6 +1139,7 @@ class Engine(Owner):
             self._set_armed(NEVER)
             return
         self._set_armed(expiration)
+        self._wake_tick = expiration
         when = self._epoch + expiration * self._tick
         wake_at = self._wake_at
         if wake_at is None:
@@ -1108,6 +1200,7 @@ class Engine(Owner):
     def _queue(self, entry: _Timed) -> None:
         """Run ``entry._run()`` in this pass's batch of due callbacks (see :class:`Owner`)."""
         self._ready.append(entry)
+        self._ready_when.append(entry._when)
 
     def _create_task(
         self, coro: Coroutine[Any, Any, Any], context: contextvars.Context
@@ -1126,6 +1219,8 @@ class Engine(Owner):
         """
         batch = self._ready
         self._ready = []
+        whens = self._ready_when
+        self._ready_when = []
         native_batch = self._native_ready
         self._native_ready = None
         loop = self._bound_loop
@@ -1133,7 +1228,7 @@ class Engine(Owner):
         if native_batch is not None:
             if batch:
                 # Both wheels had callbacks due: one batch, in deadline order.
-                merged = _merged(batch, native_batch)
+                merged = _merged(batch, whens, native_batch)
                 if self._debug:
                     for due in merged:
                         loop.call_soon(_debug.DueCallback(due))
@@ -1176,6 +1271,14 @@ class Engine(Owner):
         # whole milliseconds, would spin for a millisecond. Entries are still checked against
         # their exact deadline below.
         now_tick = floor((now - self._epoch) * self._inverse_tick + _TICK_EPSILON)
+        wake_tick = self._wake_tick
+        if now_tick < wake_tick < NEVER and self._epoch + wake_tick * self._tick <= now:
+            # The clock has reached the wake-up's own time, computed as _arm filed it: its
+            # bucket is due, whatever the division above says. Far from the epoch the two
+            # disagree (a virtual clock started at 1e9: 0.448 s past it reads as 447.99995
+            # ticks, below the bucket's 448, and the wake-up was filed again at the same time
+            # forever). The wake-up's time is the one that decides, as on the loop's heap.
+            now_tick = wake_tick
         if now_tick < wheel.elapsed:
             return  # woken early, before the last tick we processed ended
         due = wheel.advance(now_tick)
@@ -1214,7 +1317,10 @@ class Engine(Owner):
         core = self._core
         if core is not None:
             native_batch, native_fired, native_first, lateness = core.advance(
-                now_tick, now, self._pass_floor, lateness
+                now_tick if now_tick < _CORE_TICKS else _CORE_TICKS - 1,
+                now,
+                self._pass_floor,
+                lateness,
             )
             if native_fired:
                 if not fired or native_first < first_tick:
@@ -1277,13 +1383,14 @@ def _when_of(entry: Any) -> float:
     return when
 
 
-def _merged(batch: list[_Timed], native_batch: list[Any]) -> list[Any]:
+def _merged(batch: list[_Timed], whens: list[float], native_batch: list[Any]) -> list[Any]:
     """The engine's due callbacks and the core's, each in deadline order, as one list in
-    deadline order (the engine's first within a deadline)."""
+    deadline order (the engine's first within a deadline). ``whens`` are the deadlines the
+    engine's came due at (a heartbeat's ``_when`` is its next one by now)."""
     merged: list[Any] = []
     i = j = 0
     while i < len(batch) and j < len(native_batch):
-        if _when_of(native_batch[j]) < batch[i]._when:
+        if _when_of(native_batch[j]) < whens[i]:
             merged.append(native_batch[j])
             j += 1
         else:

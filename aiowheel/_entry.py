@@ -167,6 +167,12 @@ class Owner:
         """Take ``entry`` out of the wheel; True if it was in it."""
         raise NotImplementedError
 
+    def _check_cancel_of_due(self) -> None:
+        """Before a due entry (out of the wheel, its run queued) is cancelled: on a
+        free-threaded build, RuntimeError from a thread that is not its loop's while the loop
+        runs (its batch may be running it at this moment), before anything changes."""
+        raise NotImplementedError
+
     # -- dispatch ------------------------------------------------------------------------------
 
     def _queue(self, entry: _Timed) -> None:

@@ -113,6 +113,8 @@ class TimerHandle(_Timed):
             self._owner._unfile(self)
         elif self._tick != _DISPATCHED:
             return False
+        else:
+            self._owner._check_cancel_of_due()
         self._tick = _CANCELLED
         self._callback = None
         self._args = None

@@ -68,6 +68,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import math
 import numbers
 import sys
 import threading
@@ -75,6 +76,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from decimal import Decimal
+from math import inf, nan
 from typing import Any, Final, TypeVar
 
 from . import _engine, _validate, _virtual
@@ -196,9 +198,14 @@ class _LoopMode:
         is their slow path if it is not)."""
         loop: Any = self
         timer: Timer | None = getattr(self, "_aiowheel_timer", None)
-        if timer is not None and not loop.is_running():  # running: the base refuses, below
-            timer._run_here()
-        super().run_forever()  # type: ignore[misc]
+        if timer is None or loop.is_running():  # running: the base refuses, below
+            super().run_forever()  # type: ignore[misc]
+            return
+        timer._run_here()
+        try:
+            super().run_forever()  # type: ignore[misc]
+        finally:
+            timer._run_ended()
 
     def close(self) -> None:
         """Close the loop; pending timers are dropped silently (their handles read cancelled)."""
@@ -207,7 +214,7 @@ class _LoopMode:
         if timer is not None and not loop.is_running() and not loop.is_closed():
             for watcher in tuple(_watchers):
                 watcher("closing", loop)
-            timer._shutdown(None, " (its event loop was closed)")
+            timer._close_with_loop(" (its event loop was closed)")
         super().close()  # type: ignore[misc]
 
     def set_debug(self, enabled: bool) -> None:
@@ -430,8 +437,15 @@ class _BaseHeap:
         if isinstance(when, float):
             if when != when:
                 raise ValueError("call_at() deadline must not be NaN")
-        elif when is not None and not isinstance(when, numbers.Real | Decimal):
-            raise TypeError(f"call_at() deadline must be a real number, got {type(when).__name__}")
+        elif when is not None:
+            if not isinstance(when, numbers.Real | Decimal):
+                raise TypeError(
+                    f"call_at() deadline must be a real number, got {type(when).__name__}"
+                )
+            # numpy scalars, Fraction, Decimal, huge ints: the wheel's, as a float no earlier
+            # than the deadline (on the base's heap a virtual clock would never reach it).
+            deadline = _no_earlier_float(when, "call_at() deadline")
+            return self._loop.call_at(deadline, callback, *args, context=context)
         return self._base_call_at(self._loop, when, callback, *args, context=context)
 
     def slow_call_later(
@@ -442,15 +456,37 @@ class _BaseHeap:
         if isinstance(delay, float):
             if delay != delay:
                 raise ValueError("call_later() delay must not be NaN")
-        elif delay is not None and not isinstance(delay, numbers.Real | Decimal):
-            # The base would fail on its own arithmetic ("unsupported operand type(s) for +:
-            # 'float' and 'str'"): the same TypeError, saying which argument is wrong.
-            raise TypeError(f"call_later() delay must be a real number, got {type(delay).__name__}")
+        elif delay is not None:
+            if not isinstance(delay, numbers.Real | Decimal):
+                # The base would fail on its own arithmetic ("unsupported operand type(s) for
+                # +: 'float' and 'str'"): the same TypeError, saying which argument is wrong.
+                raise TypeError(
+                    f"call_later() delay must be a real number, got {type(delay).__name__}"
+                )
+            seconds = _no_earlier_float(delay, "call_later() delay")
+            return self._loop.call_later(seconds, callback, *args, context=context)
         if self.reenters_at:
             if delay is None:  # asyncio's own message, without its trip through self.call_at
                 raise TypeError("delay must not be None")
-            return self._asyncio_call_later(delay, callback, *args, context=context)  # type: ignore[arg-type]
+            return self._asyncio_call_later(delay, callback, *args, context=context)
         return self._base_call_later(self._loop, delay, callback, *args, context=context)
+
+
+def _no_earlier_float(value: Any, what: str) -> float:
+    """``value`` (a real number that is not a float) as the float loop mode files: the nearest
+    one not below it, so that rounding never makes a timer early; ValueError for NaN, and the
+    infinity of its sign past the float range."""
+    try:
+        result = float(value)
+    except OverflowError:  # an int beyond 1e308
+        result = inf if value > 0 else -inf
+    except ValueError:  # Decimal('sNaN')
+        result = nan
+    if result != result:
+        raise ValueError(f"{what} must not be NaN")
+    if result < value:  # exact comparisons: Fraction, Decimal and int against a float
+        result = math.nextafter(result, inf)
+    return result
 
 
 # How late a near timer is filed on each base's heap so that it never runs before its deadline

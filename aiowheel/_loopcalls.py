@@ -45,14 +45,6 @@ _callable: Final = callable
 # Int delays below this convert to float exactly; larger ones go to the loop as they are.
 _EXACT_INT: Final = 1 << 53
 
-# What a call for the wheel from a thread that is not running the loop raises on a
-# free-threaded build (asyncio's debug-mode words, then what to do instead).
-_FOREIGN_THREAD: Final = (
-    "Non-thread-safe operation invoked on an event loop other than the current one: "
-    "a loop-mode loop's call_at / call_later must be called from the thread running it; "
-    "from another thread use loop.call_soon_threadsafe()"
-)
-
 
 class LoopCalls:
     """The ``call_at`` / ``call_later`` of one loop-mode loop (see the module docstring).
@@ -119,8 +111,8 @@ class LoopCalls:
             if _callable(callback) and not engine._closed:
                 if engine._debug:
                     self._debug_checks(callback, "call_at")
-                elif _FREE_THREADED and _get_ident() != engine._thread_id:
-                    engine._claim_thread(_FOREIGN_THREAD)
+                if _FREE_THREADED and _get_ident() != engine._thread_id:
+                    return engine._call_from_another_thread(deadline, 0.0, callback, args, context)
                 return engine._call_callable(deadline, callback, args, context)
         elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
             pad = self._near_pad
@@ -150,8 +142,10 @@ class LoopCalls:
             if _callable(callback) and not engine._closed:
                 if engine._debug:
                     self._debug_checks(callback, "call_later")
-                elif _FREE_THREADED and _get_ident() != engine._thread_id:
-                    engine._claim_thread(_FOREIGN_THREAD)
+                if _FREE_THREADED and _get_ident() != engine._thread_id:
+                    return engine._call_from_another_thread(
+                        None, seconds_ahead, callback, args, context
+                    )
                 return engine._call_callable(
                     engine._clock() + seconds_ahead, callback, args, context
                 )

@@ -91,7 +91,13 @@ class Timer(Engine):
         ``timeout()`` blocks are cancelled (their deadline can no longer be enforced), and
         returned handles are marked cancelled. Later scheduling calls raise RuntimeError.
         Closing twice is a no-op that returns ``[]``.
+
+        A loop-mode loop's own Timer (:func:`aiowheel.timer_of`, and :func:`aiowheel.get_timer`
+        on such a loop) holds every ``call_at`` / ``call_later`` of its loop, ``asyncio.sleep``
+        included: it closes with its loop (``loop.close()``) and refuses to close before,
+        with RuntimeError and nothing changed, where closing it would lose the loop's timers.
         """
+        self._refuse_closing_a_loops_own()
         return self._shutdown(None, None)
 
     def aclose(self) -> Coroutine[Any, Any, list[Handle]]:

@@ -87,7 +87,7 @@ from typing import Final
 from ._build import mypyc_attr
 from ._validate import Count
 
-__all__ = ["NEVER", "UNQUEUED", "Entry", "Wheel"]
+__all__ = ["MAX_SLOTS", "NEVER", "UNQUEUED", "Entry", "Wheel"]
 
 #: A deadline tick at or beyond this is "never": held outside the buckets, never due.
 #: ``2**1024`` exceeds the ceiling of every finite float, so no finite clock reading maps to it.
@@ -101,6 +101,10 @@ NEVER: Final[int] = 1 << 1024
 #: driver armed beyond it (only by deadlines 2**62 ticks away) re-arms once more than it must,
 #: which is harmless.
 UNQUEUED: Final[int] = (1 << 62) - 1
+
+#: The most buckets a level may have: the native core's limit too (a level of 2**20 buckets
+#: is 24 MiB of lists already; more buys nothing a second level does not).
+MAX_SLOTS: Final = 1 << 20
 
 # Levels are added until the wheel spans at least 2**_SPAN_BITS ticks. Fewer levels would make a
 # deadline of 2**62 ticks ring around the top level 2**26 times; each level costs `slots` buckets.
@@ -189,11 +193,13 @@ class Wheel:
     def __init__(self, slots: Count = 64, *, start: Count = 0) -> None:
         """Build an empty wheel with ``slots`` buckets per level, whose clock reads ``start``.
 
-        Raises ValueError if ``slots`` is not a power of two >= 2, TypeError if ``start`` is not
-        an int.
+        Raises ValueError if ``slots`` is not a power of two from 2 to :data:`MAX_SLOTS`,
+        TypeError if ``start`` is not an int.
         """
-        if type(slots) is not int or slots < 2 or slots & (slots - 1):
-            raise ValueError(f"slots must be a power of two >= 2, got {slots!r}")
+        if type(slots) is not int or slots < 2 or slots > MAX_SLOTS or slots & (slots - 1):
+            raise ValueError(
+                f"slots must be a power of two from 2 to {MAX_SLOTS} (2**20), got {slots!r}"
+            )
         if type(start) is not int:
             raise TypeError(f"start must be an int tick, got {type(start).__name__}")
         bits = slots.bit_length() - 1
