@@ -987,23 +987,6 @@ class Engine(Owner):
             self._thread_id = _get_ident()
             self._sync_core()
 
-    def _call_from_another_thread(
-        self,
-        when: float | None,
-        delay: float,
-        callback: Callable[..., object],
-        args: tuple[object, ...],
-        context: contextvars.Context | None,
-    ) -> Handle:
-        """Loop mode's ``call_at`` (``when``) or ``call_later`` (``delay``, ``when`` None) into
-        the wheel from a thread that is not the loop's, on a free-threaded build: the take-over
-        (or the refusal) and the filing as one, under ``_claim_lock`` (:meth:`_claim_thread`)."""
-        with self._claim_lock:
-            self._claim_thread(_FOREIGN_THREAD)
-            if when is None:
-                when = self._clock() + delay
-            return self._call_callable(when, callback, args, context)
-
     def _run_here(self) -> None:
         """This thread is about to run the bound loop (loop mode's ``run_forever``): the
         thread checks, the native core's included, answer for it from now on, and no other

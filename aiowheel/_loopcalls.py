@@ -35,7 +35,7 @@ import contextvars
 from collections.abc import Callable
 from typing import Final
 
-from ._engine import _FREE_THREADED, Engine, _get_ident
+from ._engine import _FOREIGN_THREAD, _FREE_THREADED, Engine, _get_ident
 
 __all__ = ["LoopCalls"]
 
@@ -99,6 +99,8 @@ class LoopCalls:
     ) -> object:
         """``loop.call_at`` of a loop-mode loop: the wheel for a float (or int) deadline at
         least ``threshold`` ahead and a callable; the slow path (the loop's own heap) otherwise."""
+        if _FREE_THREADED and _get_ident() != self._engine._thread_id:
+            return self._from_another_thread(True, when, callback, args, context)
         if isinstance(when, float):
             deadline = when
         elif isinstance(when, int) and -_EXACT_INT < when < _EXACT_INT:
@@ -111,8 +113,6 @@ class LoopCalls:
             if _callable(callback) and not engine._closed:
                 if engine._debug:
                     self._debug_checks(callback, "call_at")
-                if _FREE_THREADED and _get_ident() != engine._thread_id:
-                    return engine._call_from_another_thread(deadline, 0.0, callback, args, context)
                 return engine._call_callable(deadline, callback, args, context)
         elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
             pad = self._near_pad
@@ -131,6 +131,8 @@ class LoopCalls:
         context: contextvars.Context | None = None,
     ) -> object:
         """``loop.call_later`` of a loop-mode loop (see :meth:`call_at`)."""
+        if _FREE_THREADED and _get_ident() != self._engine._thread_id:
+            return self._from_another_thread(False, delay, callback, args, context)
         if isinstance(delay, float):
             seconds_ahead = delay
         elif isinstance(delay, int) and -_EXACT_INT < delay < _EXACT_INT:
@@ -142,10 +144,6 @@ class LoopCalls:
             if _callable(callback) and not engine._closed:
                 if engine._debug:
                     self._debug_checks(callback, "call_later")
-                if _FREE_THREADED and _get_ident() != engine._thread_id:
-                    return engine._call_from_another_thread(
-                        None, seconds_ahead, callback, args, context
-                    )
                 return engine._call_callable(
                     engine._clock() + seconds_ahead, callback, args, context
                 )
@@ -155,6 +153,28 @@ class LoopCalls:
                 delay = seconds_ahead + pad
             return _hand_over(self._near_call_later, delay, callback, args, context)
         return self._slow_call_later(delay, callback, *args, context=context)
+
+    def _from_another_thread(
+        self,
+        at: bool,
+        time: object,
+        callback: object,
+        args: tuple[object, ...],
+        context: contextvars.Context | None,
+    ) -> object:
+        """A call from a thread that is not the loop's, on a free-threaded build: the engine
+        takes the loop over (it is not running) or refuses with RuntimeError, and the call is
+        routed as the loop's own, all under the engine's take-over lock, so that the loop
+        cannot start or close in another thread meanwhile. Near calls too: the base's heap is
+        no more thread-safe than the wheel (uvloop's crashed, from a foreign ``call_later``)."""
+        engine = self._engine
+        with engine._claim_lock:
+            engine._claim_thread(_FOREIGN_THREAD)
+            if _get_ident() != engine._thread_id:  # closed, or not bound: the base answers
+                slow = self._slow_call_at if at else self._slow_call_later
+                return slow(time, callback, *args, context=context)
+            route = self.call_at if at else self.call_later
+            return route(time, callback, *args, context=context)
 
 
 def _hand_over(

@@ -476,3 +476,102 @@ def test_other_threads_cancelling_and_filing_never_corrupt_the_wheel(
         assert sorted(loop.run_until_complete(fresh_batch())) == list(range(100))
     finally:
         loop.close()
+
+
+@free_threaded_only
+def test_a_due_handle_cancelled_from_another_thread_during_its_batch_is_refused() -> None:
+    """Issue #35 F (the pure build answered True, then ran the callback anyway, or failed an
+    assertion in the batch): a callback of the running batch starts a thread that cancels a
+    handle due behind it. The cancel is refused, the handle runs once, and says it ran."""
+
+    async def main() -> tuple[list[str], list[str], bool]:
+        loop = asyncio.get_running_loop()
+        ran: list[str] = []
+        answers: list[str] = []
+        behind: list[Any] = []
+
+        def cancel_from_a_thread() -> None:
+            try:
+                answers.append(f"returned {behind[0].cancel()}")
+            except RuntimeError as exc:
+                answers.append(f"refused: {exc}")
+
+        def first() -> None:
+            ran.append("first")
+            thread = threading.Thread(target=cancel_from_a_thread)
+            thread.start()
+            thread.join(10)
+
+        when = loop.time() + 0.05
+        loop.call_at(when, first)
+        behind.append(loop.call_at(when, ran.append, "behind"))
+        await asyncio.sleep(0.2)
+        return ran, answers, behind[0].cancelled()
+
+    for _ in range(20):
+        ran, answers, cancelled = aiowheel.run(main())
+        assert ran == ["first", "behind"]
+        assert len(answers) == 1 and answers[0].startswith("refused:"), answers
+        assert "thread" in answers[0]
+        assert not cancelled
+
+
+@free_threaded_only
+@per_thread_bases
+def test_loops_made_run_and_closed_while_other_threads_misuse_them_lose_no_wake_up(
+    base: Base,
+) -> None:
+    """Issue #35 E (a lost wake-up within a few dozen loops, both builds, on 3.14t): threads
+    call ``call_later`` / ``cancel()`` on whichever loop is current (misuse: each call works or
+    raises RuntimeError) while this thread makes, runs and closes loops, each running a short
+    sleep. Every loop's sleep ends: none sleeps in its selector forever."""
+    current: list[Any] = [None]
+    handles: list[Any] = []
+    stop = threading.Event()
+    calls = [0, 0]  # worked, refused
+
+    def meddle(index: int) -> None:
+        while not stop.is_set():
+            loop = current[0]
+            if loop is None:
+                continue
+            try:
+                if index % 2 == 0 or not handles:
+                    handles.append(loop.call_later(0.001 * (calls[0] % 40), _no_op))  # near, far
+                    del handles[:-50]
+                else:
+                    handles[-1].cancel()
+                calls[0] += 1
+            except (RuntimeError, IndexError):
+                calls[1] += 1
+
+    def make_run_close(loops: int) -> int:
+        done = 0
+        for _ in range(loops):
+            loop = aiowheel.new_event_loop(base)
+            current[0] = loop
+            try:
+                loop.run_until_complete(asyncio.sleep(0.011))
+                done += 1
+            finally:
+                current[0] = None
+                loop.close()
+        return done
+
+    meddlers = [threading.Thread(target=meddle, args=(i,), daemon=True) for i in range(2)]
+    for thread in meddlers:
+        thread.start()
+    outcome: list[int] = []
+    runner = threading.Thread(target=lambda: outcome.append(make_run_close(40)), daemon=True)
+    runner.start()
+    runner.join(120)
+    stop.set()
+    for thread in meddlers:
+        thread.join(10)
+    assert not runner.is_alive(), "a loop slept forever: its wheel's wake-up was lost"
+    assert outcome == [40]
+    assert calls[0] + calls[1] > 100, calls  # the other threads did meddle
+
+
+def _no_op() -> None:
+    pass

@@ -50,7 +50,9 @@ def _finishes(run: Callable[[], _T], within: float = 30.0) -> _T:
     return value  # type: ignore[no-any-return]
 
 
-def _virtual(main: Callable[[], Any], *, start: float = 0.0, tick: float = 0.001, base: Any = None) -> Any:
+def _virtual(
+    main: Callable[[], Any], *, start: float = 0.0, tick: float = 0.001, base: Any = None
+) -> Any:
     factory = aiowheel.testing.virtual_loop_factory(base, start=start, tick=tick)
 
     def run() -> Any:
@@ -255,7 +257,7 @@ def test_a_heartbeat_and_a_loop_timer_due_in_one_late_pass_run_in_deadline_order
         t0, order = loop.time(), []
         beat = aiowheel.get_timer().every(0.05, order.append, "every@50ms")
         loop.call_at(t0 + 0.07, order.append, "call_at@70ms")
-        time.sleep(0.15)  # the loop is blocked: both are due in the next pass
+        time.sleep(0.15)  # noqa: ASYNC251 - the loop is blocked: both are due in the next pass
         await asyncio.sleep(0.03)
         beat.cancel()
         return order
