@@ -40,6 +40,32 @@ A loop's clock value is a float (``start`` plus what the jumps and advances adde
 wake-ups it jumps to are the engine's own ``epoch + expiration * tick``: the very floats the
 engine compares, so a deadline ``D`` runs with ``loop.time()`` equal to ``D`` rounded up to the
 tick, and ties run in the order they were filed.
+
+Fuzzing time (:class:`Fuzz`, armed on a clock by :meth:`VirtualClock.fuzz`). The exact clock
+above makes one schedule: every timer on time. A real loop makes many: timers late by whatever
+the loop was busy with, batches of them coalesced, the whole loop stalled by one slow callback.
+A seed picks one of those schedules, and only ones a real loop-mode loop could make:
+
+- **late, never early**: a jump to a wake-up lands a seeded amount in ``[0, jitter]`` past it.
+  Every timer due by then runs in that one pass, in deadline order (the engine sorts a pass's
+  due entries), so timers a few ticks apart coalesce, as they do on a loaded loop;
+- **stalls**: after a pass of timers, at a seeded rate, the clock leaps a seeded amount in
+  ``[0, stall]`` before anything the pass woke can run: as if one of its callbacks had blocked
+  the loop. What is due by then runs next, after the callbacks already queued, as a real loop
+  appends its due timers behind its ready queue;
+- **call_soon order is never touched**: the clock moves between callbacks, never reorders them;
+- **advance() stays exact**: no move goes past the target of a pending
+  :func:`aiowheel.testing.advance` (what a test says about time stays true).
+
+Every draw comes from one ``random.Random(seed)`` per clock, drawn at jumps and passes only, so
+a program that is itself deterministic (no threads racing the loop, no real I/O, no unseeded
+``random``) makes the same draws at the same points: the seed replays the run. Whether it did
+is checked by a *trace* (:meth:`VirtualClock.trace`): at each pass the virtual time and the
+origin (the line that filed it) of every timer due there; two runs with one seed must give
+equal traces.
+
+What it costs. Nothing when off: the real-time loop never reaches this module, and an unfuzzed
+virtual clock pays one ``is None`` test per jump and per pass.
 """
 
 from __future__ import annotations
@@ -50,6 +76,8 @@ import contextvars
 import gc
 import heapq
 import itertools
+import math
+import random
 import selectors
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,7 +85,7 @@ from typing import Any, Final
 
 from . import _validate
 
-__all__ = ["VirtualClock", "VirtualTime"]
+__all__ = ["Fuzz", "VirtualClock", "VirtualTime", "fuzz_number"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -82,6 +110,88 @@ class VirtualTime:
 
     def __hash__(self) -> int:
         return hash(self._key())
+
+
+DEFAULT_JITTER_TICKS: Final = 3
+"""The overshoot bound when none is given: this many ticks of the loop's wheel."""
+
+DEFAULT_STALL: Final = 0.1
+"""The longest stall when none is given, in seconds (used only at a stall rate above 0)."""
+
+
+def fuzz_number(name: str, value: object, *, at_most: float | None = None) -> float:
+    """``value`` as a float >= 0 (and <= ``at_most``), or a ValueError / TypeError naming
+    ``name`` (a parameter, or a pytest option)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    number = float(value)
+    if math.isnan(number) or number < 0 or math.isinf(number):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if at_most is not None and number > at_most:
+        raise ValueError(f"{name} must be at most {at_most}, got {value!r}")
+    return number
+
+
+def fuzz_seed(name: str, value: object) -> int:
+    """``value`` as a seed (an int >= 0), or a ValueError / TypeError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int >= 0, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Fuzz:
+    """How a fuzzed virtual clock varies *when* things run (see the module docstring).
+
+    Made by :func:`aiowheel.testing.virtual_loop_factory` and :func:`aiowheel.testing.run`
+    (``seed=``, ``jitter=``, ``stall_rate=``, ``stall=``), which check the values.
+    """
+
+    seed: int
+    """Picks the schedule; the same seed replays it."""
+    jitter: float
+    """Each jump to a wake-up lands up to this many seconds past it (uniform, seeded)."""
+    stall_rate: float = 0.0
+    """The chance, after each pass of timers, that the loop stalls (0: never, 1: every pass)."""
+    stall: float = DEFAULT_STALL
+    """A stall's longest length, in seconds (each one uniform in ``[0, stall]``)."""
+
+    @classmethod
+    def checked(
+        cls, seed: object, jitter: object, stall_rate: object, stall: object, *, prefix: str = ""
+    ) -> Fuzz:
+        """A Fuzz from unchecked values; errors name ``prefix + parameter`` (``--aiowheel-``
+        for the pytest options)."""
+        return cls(
+            fuzz_seed(f"{prefix}seed", seed),
+            fuzz_number(f"{prefix}jitter", jitter),
+            fuzz_number(f"{prefix}stall-rate" if prefix else "stall_rate", stall_rate, at_most=1.0),
+            fuzz_number(f"{prefix}stall", stall),
+        )
+
+
+class _Chance:
+    """A fuzzed clock's draws: one ``random.Random(seed)``, drawn in the loop's own order."""
+
+    __slots__ = ("_random", "fuzz")
+
+    def __init__(self, fuzz: Fuzz) -> None:
+        self.fuzz = fuzz
+        self._random = random.Random(fuzz.seed)
+
+    def late(self) -> float:
+        """How far past a wake-up a jump lands."""
+        jitter = self.fuzz.jitter
+        return self._random.uniform(0.0, jitter) if jitter else 0.0
+
+    def stall(self) -> float:
+        """How long the loop stalls after this pass (0.0: not at all)."""
+        fuzz = self.fuzz
+        if fuzz.stall_rate and fuzz.stall and self._random.random() < fuzz.stall_rate:
+            return self._random.uniform(0.0, fuzz.stall)
+        return 0.0
 
 
 class _Wake:
@@ -121,6 +231,11 @@ class VirtualClock:
         self._due_scheduled = False
         self._idle: _Idle | None = None
         self._base_call_soon: Callable[..., Any] = loop.call_soon
+        self._chance: _Chance | None = None  # fuzzing off: the exact clock
+        self._trace: list[tuple[float, str]] | None = None
+        # An advance finished and its task has not run yet: no stall until the loop is idle
+        # again (the test reads the time the advance promised).
+        self._held = False
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -139,6 +254,44 @@ class VirtualClock:
         if not self._autojump:
             return False
         return self._real_wait if self._real_wait else True
+
+    @property
+    def fuzzed(self) -> Fuzz | None:
+        """The :class:`Fuzz` the clock runs under, or None (the exact clock)."""
+        chance = self._chance
+        return None if chance is None else chance.fuzz
+
+    def fuzz(self, fuzz: Fuzz | None) -> None:
+        """Run under ``fuzz`` from now on (None: exact again). Arm it before the loop runs
+        anything to replay a seed: the draws follow the jumps from the first one on."""
+        self._chance = None if fuzz is None else _Chance(fuzz)
+
+    def trace(self) -> list[tuple[float, str]]:
+        """Start (or keep) recording, and return the record: ``(time, origin)`` for each timer
+        due at each pass of the wheel, in deadline order, and ``(time, "stall <seconds>")`` for
+        each stall. Two runs of a deterministic program with one seed record equal lists.
+
+        It turns on origin tracking for the loop (each timer named by the line that filed it)
+        and lists the pending timers at every pass: for tests, not for a busy loop.
+        """
+        if self._trace is None:
+            from ._census import track_origins
+
+            track_origins(True, loop=self._loop)
+            self._trace = []
+        return self._trace
+
+    def _record_due(self) -> None:
+        """Note every timer due at this pass (the census of the loop, before it runs)."""
+        from ._census import pending_timers
+
+        trace = self._trace
+        assert trace is not None
+        now = self._now
+        for timer in pending_timers(self._loop):
+            if timer.when > now:
+                break  # in deadline order
+            trace.append((now, f"{timer.kind} {timer.origin}"))
 
     def _next_wake(self) -> float | None:
         """The time of the earliest wake-up filed on the clock, or None (a bucket's expiration:
@@ -181,6 +334,8 @@ class VirtualClock:
     def _run_due(self) -> None:
         """Run every wake-up due at the clock's time (a loop callback)."""
         self._due_scheduled = False
+        if self._trace is not None:
+            self._record_due()
         wakes = self._wakes
         now = self._now
         while wakes and wakes[0][0] <= now:
@@ -188,8 +343,31 @@ class VirtualClock:
             if not wake.cancelled:
                 wake.cancelled = True
                 wake.callback()
+        if self._chance is not None:
+            self._stall(self._chance.stall())
         self._finish_advances()
         self._want()
+
+    def _stall(self, seconds: float) -> None:
+        """The pass just run blocked the loop ``seconds``: move the clock (never past a pending
+        advance's target), and run what came due meanwhile after what is already queued."""
+        if not seconds or self._held:
+            return
+        goal = min(self._now + seconds, self._cap())
+        if goal <= self._now:
+            return
+        self._now = goal
+        if self._trace is not None:
+            self._trace.append((goal, f"stall {seconds:.6f}"))
+        if self._wakes and self._wakes[0][0] <= goal:
+            self._schedule_due()
+
+    def _cap(self) -> float:
+        """How far a fuzzed move may go: the earliest pending advance's target, or infinity."""
+        advances = self._advances
+        while advances and advances[0][2].done():
+            heapq.heappop(advances)
+        return advances[0][0] if advances else math.inf
 
     def _finish_advances(self) -> None:
         advances = self._advances
@@ -197,6 +375,7 @@ class VirtualClock:
             future = heapq.heappop(advances)[2]
             if not future.done():
                 future.set_result(None)
+                self._held = self._chance is not None
 
     # -- idleness and jumps --------------------------------------------------------------------
 
@@ -229,7 +408,11 @@ class VirtualClock:
         goal = self._goal()
         if goal is None:
             return False
+        self._held = False  # idle: whatever an advance woke has run
         if goal > self._now:
+            chance = self._chance
+            if chance is not None:  # late by a seeded amount, never past an advance's target
+                goal = max(goal, min(goal + chance.late(), self._cap()))
             self._now = goal
         if self._wakes and self._wakes[0][0] <= self._now:
             self._schedule_due()

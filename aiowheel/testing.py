@@ -20,6 +20,16 @@ its I/O, no ``run_in_executor`` / ``asyncio.to_thread`` work still running), the
 the next deadline. ``autojump=<seconds>``: only after that much real idle time (for a peer in
 another process). ``autojump=False``: only :func:`advance` moves it.
 
+Fuzzing time. The exact clock runs every timer on time: one schedule out of the many a real
+loop makes. ``seed=`` (with ``jitter=``, ``stall_rate=``, ``stall=``) picks another, seeded:
+timers late (never early, always in deadline order, coalesced into batches), the loop stalled
+after a pass of timers; ``call_soon`` order is never touched, and ``advance()`` stays exact.
+The same seed replays the same schedule; :func:`check_determinism` runs a program twice with
+one seed and compares what ran when; :func:`seeds` is a Hypothesis strategy for seeds. The
+pytest plugin runs whole suites so (``--aiowheel-seed``, ``--aiowheel-fuzz``). How the
+schedules are made is in :mod:`aiowheel._virtual`; the bug shapes it finds are on the docs'
+testing-time page.
+
 Why a module of its own, in pure Python. This is what tests import; none of it is on a hot path
 (the clock's wake-up is filed once per bucket, as the base heap's would be), and the real-time
 loop pays nothing for it: a real loop-mode loop is built exactly as before.
@@ -28,19 +38,25 @@ loop pays nothing for it: a real loop-mode loop is built exactly as before.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, TypeVar
 
-from ._loop import LoopFactory
+from ._loop import LoopConfig, LoopFactory
 from ._loop import virtual_loop_factory as _virtual_loop_factory
-from ._virtual import VirtualClock, VirtualTime
+from ._virtual import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz, VirtualClock, VirtualTime
 
 __all__ = [
+    "Fuzz",
+    "FuzzedLoopFactory",
+    "NondeterminismError",
     "VirtualClock",
     "VirtualTime",
     "advance",
+    "check_determinism",
     "clock_of",
+    "first_divergence",
     "run",
+    "seeds",
     "virtual_loop_factory",
 ]
 
@@ -49,12 +65,81 @@ _T = TypeVar("_T")
 _DEFAULT_TICK = 0.001
 
 
+class FuzzedLoopFactory(LoopFactory):
+    """A :class:`~aiowheel.LoopFactory` of virtual loops whose clocks run under :attr:`fuzz`
+    (what :func:`virtual_loop_factory` returns when given a ``seed``).
+
+    The seed is not part of the loop's class (one class per config, and a fuzzing run tries
+    many seeds): each loop is made as an unfuzzed virtual loop and armed before it runs
+    anything. It pickles, with its fuzz.
+    """
+
+    __slots__ = ("fuzz",)
+
+    def __init__(self, config: LoopConfig, fuzz: Fuzz) -> None:
+        super().__init__(config)
+        self.fuzz: Fuzz = fuzz
+        """The seed, overshoot bound and stalls of every loop it makes."""
+
+    def __call__(self) -> asyncio.AbstractEventLoop:
+        """A new virtual loop-mode event loop, its clock fuzzed."""
+        loop = super().__call__()
+        clock = clock_of(loop)
+        assert clock is not None
+        clock.fuzz(self.fuzz)
+        return loop
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FuzzedLoopFactory, (self.config, self.fuzz))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LoopFactory):
+            return NotImplemented
+        return self.config == other.config and self.fuzz == getattr(other, "fuzz", None)
+
+    def __hash__(self) -> int:
+        return hash((self.config, self.fuzz))
+
+    def __repr__(self) -> str:
+        fuzz = self.fuzz
+        return (
+            f"{super().__repr__()[:-1]}, seed={fuzz.seed!r}, jitter={fuzz.jitter!r}, "
+            f"stall_rate={fuzz.stall_rate!r}, stall={fuzz.stall!r})"
+        )
+
+
+def _fuzz(
+    seed: object, jitter: object, stall_rate: object, stall: object, tick: float
+) -> Fuzz | None:
+    """The checked Fuzz of these keywords; None without a seed (the others then refused)."""
+    if seed is None:
+        given = [
+            name
+            for name, value, default in (
+                ("jitter", jitter, None),
+                ("stall_rate", stall_rate, 0.0),
+                ("stall", stall, DEFAULT_STALL),
+            )
+            if value != default
+        ]
+        if given:
+            raise TypeError(f"{', '.join(given)} fuzz the clock: give a seed as well")
+        return None
+    if jitter is None:
+        jitter = DEFAULT_JITTER_TICKS * tick
+    return Fuzz.checked(seed, jitter, stall_rate, stall)
+
+
 def virtual_loop_factory(
     base: type[asyncio.AbstractEventLoop] | None = None,
     *,
     autojump: bool | float = True,
     start: float = 0.0,
     tick: float = _DEFAULT_TICK,
+    seed: int | None = None,
+    jitter: float | None = None,
+    stall_rate: float = 0.0,
+    stall: float = DEFAULT_STALL,
 ) -> LoopFactory:
     """A zero-argument, picklable factory of loop-mode loops on a virtual clock.
 
@@ -64,9 +149,17 @@ def virtual_loop_factory(
     at ``start``; a timer due at ``D`` runs with ``loop.time()`` equal to ``D`` rounded up to
     ``tick``; timers due in the same tick run in the order they were filed.
 
+    With a ``seed`` (an int >= 0) the clock is fuzzed (a :class:`FuzzedLoopFactory`): each jump
+    to a timer lands up to ``jitter`` seconds late (default: 3 ticks), and after a pass of
+    timers the loop stalls, with probability ``stall_rate``, for up to ``stall`` seconds. A
+    negative, NaN or non-number bound or rate is a ValueError / TypeError naming it.
+
     >>> asyncio.run(main(), loop_factory=aiowheel.testing.virtual_loop_factory())
+    >>> asyncio.run(main(), loop_factory=aiowheel.testing.virtual_loop_factory(seed=7))
     """
-    return _virtual_loop_factory(base, tick, autojump, start)
+    factory = _virtual_loop_factory(base, tick, autojump, start)
+    fuzz = _fuzz(seed, jitter, stall_rate, stall, factory.config.tick)
+    return factory if fuzz is None else FuzzedLoopFactory(factory.config, fuzz)
 
 
 def clock_of(loop: asyncio.AbstractEventLoop) -> VirtualClock | None:
@@ -104,18 +197,116 @@ def run(
     autojump: bool | float = True,
     start: float = 0.0,
     debug: bool | None = None,
+    seed: int | None = None,
+    jitter: float | None = None,
+    stall_rate: float = 0.0,
+    stall: float = DEFAULT_STALL,
 ) -> _T:
-    """Run ``main`` like :func:`aiowheel.run`, on a loop with a virtual clock.
+    """Run ``main`` like :func:`aiowheel.run`, on a loop with a virtual clock (fuzzed with a
+    ``seed``: ``jitter``, ``stall_rate`` and ``stall`` as :func:`virtual_loop_factory` takes
+    them).
 
     >>> aiowheel.testing.run(main())                 # sleeps and timeouts take no wall time
+    >>> aiowheel.testing.run(main(), seed=7)         # timers late, as seed 7 says
     """
     try:
         if asyncio._get_running_loop() is not None:
             raise RuntimeError("aiowheel.testing.run() cannot be called from a running event loop")
-        factory = virtual_loop_factory(base, autojump=autojump, start=start)
+        factory = virtual_loop_factory(
+            base,
+            autojump=autojump,
+            start=start,
+            seed=seed,
+            jitter=jitter,
+            stall_rate=stall_rate,
+            stall=stall,
+        )
     except BaseException:
         if asyncio.iscoroutine(main):
             main.close()  # refused: it will never run, so no "never awaited" warning either
         raise
     with asyncio.Runner(debug=debug, loop_factory=factory) as runner:
         return runner.run(main)
+
+
+def seeds() -> Any:
+    """A Hypothesis strategy for seeds (ints from 0 to 2**32 - 1, shrinking towards 0), so a
+    failing schedule shrinks to a small seed and ``@example(seed=...)`` pins one.
+
+    >>> @hypothesis.given(seed=aiowheel.testing.seeds())
+    ... def test_retry(seed):
+    ...     aiowheel.testing.run(retry(), seed=seed)
+
+    Hypothesis is imported when this is called (it is no dependency of aiowheel).
+    """
+    from hypothesis import strategies
+
+    return strategies.integers(min_value=0, max_value=2**32 - 1)
+
+
+class NondeterminismError(AssertionError):
+    """Two runs with one seed did not run the same timers at the same virtual times."""
+
+
+_WHY_NOT: Final = (
+    "a program runs the same under one seed only if nothing outside the loop decides what it "
+    "does: look for threads (to_thread, executors) racing the loop, real I/O (sockets, files, "
+    "subprocesses), random or uuid without a seed, the wall clock (time.time, datetime.now), "
+    "and iteration over sets of objects (hash order of ids)"
+)
+
+
+def first_divergence(
+    first: list[tuple[float, str]], second: list[tuple[float, str]], *, context: int = 3
+) -> str | None:
+    """Where two traces (:meth:`VirtualClock.trace`) part, with ``context`` events before it
+    from both; None if they are equal."""
+    for index in range(max(len(first), len(second))):
+        a = first[index] if index < len(first) else None
+        b = second[index] if index < len(second) else None
+        if a != b:
+            break
+    else:
+        return None
+    lines = [f"the runs part at event {index} (of {len(first)} and {len(second)}):"]
+    for label, trace in (("first run", first), ("second run", second)):
+        lines.append(f"  {label}:")
+        for at in range(max(0, index - context), min(len(trace), index + context + 1)):
+            mark = ">" if at == index else " "
+            when, origin = trace[at]
+            lines.append(f"  {mark} [{at}] t={when:.6f} {origin}")
+        if index >= len(trace):
+            lines.append(f"  > [{index}] (the run ended here)")
+    return "\n".join(lines)
+
+
+def check_determinism(
+    main: Callable[[], Coroutine[Any, Any, Any]],
+    *,
+    seed: int = 0,
+    base: type[asyncio.AbstractEventLoop] | None = None,
+    jitter: float | None = None,
+    stall_rate: float = 0.0,
+    stall: float = DEFAULT_STALL,
+) -> list[tuple[float, str]]:
+    """Run ``main()`` twice on a virtual clock fuzzed with ``seed`` and compare the traces:
+    :class:`NondeterminismError` naming the first difference (with both runs' context) if the
+    timers did not run at the same virtual times from the same lines; the trace otherwise.
+
+    >>> aiowheel.testing.check_determinism(lambda: client(retries=3), seed=11)
+    """
+    traces = []
+    factory = virtual_loop_factory(
+        base, seed=seed, jitter=jitter, stall_rate=stall_rate, stall=stall
+    )
+    for _ in range(2):
+        with asyncio.Runner(loop_factory=factory) as runner:
+            clock = clock_of(runner.get_loop())
+            assert clock is not None
+            trace = clock.trace()
+            runner.run(main())
+        traces.append(trace)
+    where = first_divergence(*traces)
+    if where is not None:
+        raise NondeterminismError(f"seed {seed}: not deterministic: {where}\n{_WHY_NOT}")
+    return traces[0]
