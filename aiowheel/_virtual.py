@@ -281,17 +281,30 @@ class VirtualClock:
             self._trace = []
         return self._trace
 
-    def _record_due(self) -> None:
-        """Note every timer due at this pass (the census of the loop, before it runs)."""
-        from ._census import pending_timers
+    def _record_due(self) -> Callable[[], None]:
+        """Note the timers due at this pass (the loop's census, before it runs); the returned
+        function, called once it ran, records those it took (ran or cancelled), in deadline
+        order: a timer due but not yet in a bucket the clock has reached stays for a later
+        pass."""
+        from ._census import pending
 
-        trace = self._trace
-        assert trace is not None
+        loop = self._loop
         now = self._now
-        for timer in pending_timers(self._loop):
+        due = []
+        for entry, timer in pending(loop):
             if timer.when > now:
                 break  # in deadline order
-            trace.append((now, f"{timer.kind} {timer.origin}"))
+            due.append((entry, timer))
+
+        def record() -> None:
+            trace = self._trace
+            assert trace is not None
+            left = {id(entry) for entry, _ in pending(loop)}
+            for entry, timer in due:
+                if id(entry) not in left:
+                    trace.append((now, f"{timer.kind} {timer.origin}"))
+
+        return record
 
     def _next_wake(self) -> float | None:
         """The time of the earliest wake-up filed on the clock, or None (a bucket's expiration:
@@ -334,8 +347,7 @@ class VirtualClock:
     def _run_due(self) -> None:
         """Run every wake-up due at the clock's time (a loop callback)."""
         self._due_scheduled = False
-        if self._trace is not None:
-            self._record_due()
+        record = None if self._trace is None else self._record_due()
         wakes = self._wakes
         now = self._now
         while wakes and wakes[0][0] <= now:
@@ -343,6 +355,8 @@ class VirtualClock:
             if not wake.cancelled:
                 wake.cancelled = True
                 wake.callback()
+        if record is not None:
+            record()
         if self._chance is not None:
             self._stall(self._chance.stall())
         self._finish_advances()
