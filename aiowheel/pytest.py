@@ -43,6 +43,20 @@ time. Per test, whatever the option: ``@pytest.mark.aiowheel_clock("virtual")`` 
 runs on a virtual clock unless marked real, and gets a :class:`Clock` (``now``,
 ``await advance(seconds)``) for the loop it runs on.
 
+Fuzzing time (:mod:`aiowheel.testing`, ``seed=``). ``--aiowheel-seed N`` runs every asyncio
+test the plugin switches on a virtual clock fuzzed with seed N: each jump to a timer lands up to
+``--aiowheel-jitter`` seconds late (default: 3 ticks), and with ``--aiowheel-stall-rate`` above
+0 the loop stalls after a pass of timers for up to ``--aiowheel-stall`` seconds.
+``--aiowheel-fuzz K`` runs each such test under K seeds (N, N+1, ... from ``--aiowheel-seed``,
+else from 0), stopping at the first that fails; the failure says its seed and the command that
+replays it, and the run ends with one line per failing seed. ``@pytest.mark.aiowheel_fuzz(K,
+jitter=..., stall_rate=..., stall=...)`` does the same for one test (under ``--aiowheel-seed``
+alone: the one seed, a replay). ``--aiowheel-check-determinism`` runs each test twice per seed
+and fails it where the two runs' traces (the virtual time and origin of every timer due)
+part, with both runs' context. The repeated runs are whole runs of the test (setup, call,
+teardown), as pytest-rerunfailures makes them; a test marked ``aiowheel_clock("real")`` is
+never fuzzed.
+
 What differs on loop mode is the loop's class: ``type(loop)`` is a loop-mode subclass of the
 base (``isinstance(loop, uvloop.Loop)`` holds under ``--aiowheel-base uvloop``), defined in
 ``aiowheel._loop``, so a check of ``type(loop).__module__`` no longer reads ``"uvloop"``. That
@@ -73,9 +87,9 @@ import pytest
 from . import _engine, _validate
 from ._census import PendingTimer, _name, pending
 from ._loop import LoopFactory, loop_factory, virtual_loop_factory, watch_loops
-from ._virtual import VirtualClock
+from ._virtual import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz, VirtualClock, fuzz_number
 from .loops import BASES, auto_base, base_class, installed
-from .testing import clock_of
+from .testing import clock_of, first_divergence
 
 __all__ = [
     "CLOCKS",
@@ -103,6 +117,8 @@ CLOCKS: Final = ("real", "virtual")
 """The values ``--aiowheel-clock`` and the ``aiowheel_clock`` marker take."""
 
 _MARKER: Final = "aiowheel_clock"
+_FUZZ_MARKER: Final = "aiowheel_fuzz"
+_TICK: Final = 0.001
 
 LINGERING: Final = ("off", "warn", "error")
 """The values ``--aiowheel-lingering`` takes."""
@@ -114,6 +130,8 @@ _current: list[pytest.Item] = []
 _tally: pytest.StashKey[Counter[tuple[str, str]]] = pytest.StashKey()
 _restore: pytest.StashKey[Callable[[], None]] = pytest.StashKey()
 _lingering: pytest.StashKey[_Lingering] = pytest.StashKey()
+_fuzzing: pytest.StashKey[_Fuzzing] = pytest.StashKey()
+_run: pytest.StashKey[_Run] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -135,7 +153,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--aiowheel-clock",
         choices=CLOCKS,
-        default="real",
+        default=None,
         help="with -p aiowheel.pytest: 'virtual' runs every asyncio test on a virtual clock "
         "(aiowheel.testing): sleeps and timeouts take no wall time (default: real)",
     )
@@ -145,6 +163,46 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="off",
         help="with -p aiowheel.pytest: 'error' fails, 'warn' warns about, each test that "
         "leaves a timer pending on its loop-mode loop (default: off)",
+    )
+    group.addoption(
+        "--aiowheel-seed",
+        metavar="N",
+        default=None,
+        help="with -p aiowheel.pytest: every asyncio test on a virtual clock fuzzed with seed N "
+        "(timers late, never early; replays a failing seed)",
+    )
+    group.addoption(
+        "--aiowheel-jitter",
+        metavar="SECONDS",
+        default=None,
+        help="with a seed: how late a jump to a timer may land "
+        f"(default: {DEFAULT_JITTER_TICKS} ticks, {DEFAULT_JITTER_TICKS * _TICK:g} s)",
+    )
+    group.addoption(
+        "--aiowheel-stall-rate",
+        metavar="P",
+        default=None,
+        help="with a seed: the chance that the loop stalls after a pass of timers (default: 0)",
+    )
+    group.addoption(
+        "--aiowheel-stall",
+        metavar="SECONDS",
+        default=None,
+        help=f"with a seed: a stall's longest length (default: {DEFAULT_STALL:g} s)",
+    )
+    group.addoption(
+        "--aiowheel-fuzz",
+        metavar="K",
+        default=None,
+        help="with -p aiowheel.pytest: run every asyncio test on a virtual clock under K seeds, "
+        "stopping at the first that fails and printing it",
+    )
+    group.addoption(
+        "--aiowheel-check-determinism",
+        action="store_true",
+        default=False,
+        help="with -p aiowheel.pytest: run every asyncio test twice per seed on a virtual clock "
+        "and fail it where the two runs' timers part",
     )
 
 
@@ -167,7 +225,7 @@ def _factory(
         if clock is None:
             found = loop_factory(base_loop)
         else:
-            found = virtual_loop_factory(base_loop, 0.001, *clock)
+            found = _FuzzableFactory(virtual_loop_factory(base_loop, _TICK, *clock).config)
         _factories[key] = found
     return found
 
@@ -180,7 +238,13 @@ def _clock_for(item: pytest.Item | None) -> tuple[bool | float, float] | None:
     if marker is not None:
         return _marked_clock(item, marker)
     asked = _MARKER in getattr(item, "fixturenames", ())
-    if asked or item.config.getoption("aiowheel_clock") == "virtual":
+    fuzzing = item.config.stash.get(_fuzzing, None)
+    if (
+        asked
+        or item.config.getoption("aiowheel_clock") == "virtual"
+        or (fuzzing is not None and fuzzing.everywhere)
+        or item.get_closest_marker(_FUZZ_MARKER) is not None
+    ):
         return (True, 0.0)
     return None
 
@@ -190,9 +254,7 @@ def _marked_clock(item: pytest.Item, marker: pytest.Mark) -> tuple[bool | float,
     marker is malformed)."""
     try:
         if len(marker.args) > 1 or set(marker.kwargs) - {"autojump", "start"}:
-            raise TypeError(
-                "takes one of 'real', 'virtual', and the keywords autojump and start"
-            )
+            raise TypeError("takes one of 'real', 'virtual', and the keywords autojump and start")
         kind = marker.args[0] if marker.args else "virtual"
         if kind not in CLOCKS:
             raise ValueError(f"must be one of {', '.join(map(repr, CLOCKS))}, got {kind!r}")
@@ -211,6 +273,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Check the base now (a clear usage error), declare the marker, and wrap anyio's
     runner factory."""
     _factory(config)
+    config.stash[_fuzzing] = fuzzing = _Fuzzing.from_options(config)
+    config.pluginmanager.register(fuzzing, "aiowheel-fuzzing")
     mode = str(config.getoption("aiowheel_lingering"))
     if mode != "off":
         config.stash[_lingering] = _Lingering(mode)
@@ -218,6 +282,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{_MARKER}(kind='virtual', *, autojump=True, start=0.0): with -p aiowheel.pytest, "
         "run this asyncio test on a virtual clock ('virtual') or on the real one ('real')",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{_FUZZ_MARKER}(k=10, *, jitter=None, stall_rate=None, stall=None): with -p "
+        "aiowheel.pytest, run this asyncio test on a virtual clock under k seeds, stopping at "
+        "the first that fails (the seed is printed; --aiowheel-seed replays it)",
     )
     if config.pluginmanager.hasplugin("asyncio") and not hasattr(
         config.hook, "pytest_asyncio_loop_factories"
@@ -390,6 +460,9 @@ def pytest_report_header(config: pytest.Config) -> str:
     base = config.getoption("aiowheel_base")
     strict = ", strict" if config.getoption("aiowheel_strict") else ""
     clock = ", virtual clock" if config.getoption("aiowheel_clock") == "virtual" else ""
+    fuzzing = config.stash.get(_fuzzing, None)
+    if fuzzing is not None and fuzzing.everywhere:
+        clock = f", virtual clock, {fuzzing.describe()}"
     return f"aiowheel: asyncio tests on loop mode, base {base}{clock}{strict}"
 
 
@@ -407,10 +480,14 @@ def pytest_asyncio_loop_factories(
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Check every ``aiowheel_clock`` marker now: a malformed one is a usage error naming its
-    test, before any test runs (anyio's tests read theirs only when their loop is made)."""
+    """Check every ``aiowheel_clock`` and ``aiowheel_fuzz`` marker now: a malformed one is a
+    usage error naming its test, before any test runs (anyio's tests read theirs only when
+    their loop is made)."""
     for item in items:
         _clock_for(item)
+        fuzzing = item.config.stash.get(_fuzzing, None)
+        if fuzzing is not None:
+            fuzzing.plan(item)
 
 
 def _where(item: pytest.Item) -> tuple[str, str, bool] | None:
@@ -451,7 +528,8 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if lingering is not None:
         lingering.set_up()
     where = _where(item)
-    if where is not None:
+    run = item.stash.get(_run, None)
+    if where is not None and (run is None or run.first):
         kind, why, virtual = where
         tally = item.config.stash[_tally]
         tally[kind, why] += 1
@@ -470,9 +548,14 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """One line: how many tests ran on loop mode, on which base; how many were left off, why."""
+    """One line: how many tests ran on loop mode, on which base; how many were left off, why;
+    then one line per seed that failed a test, with the command that replays it."""
     tally: Counter[tuple[str, str]] = config.stash.get(_tally, Counter())
     terminalreporter.write_line(summary_line(tally))
+    fuzzing = config.stash.get(_fuzzing, None)
+    if fuzzing is not None:
+        for line in fuzzing.failing:
+            terminalreporter.write_line(line)
 
 
 def summary_line(tally: Mapping[tuple[str, str], int]) -> str:
@@ -536,3 +619,266 @@ def aiowheel_clock() -> Clock:
     """The test's virtual clock (``now``, ``await advance(seconds)``); asking for it puts the
     test on a virtual clock unless it is marked ``aiowheel_clock("real")``."""
     return Clock()
+
+
+# -- fuzzing time ------------------------------------------------------------------------------
+
+
+class _FuzzableFactory(LoopFactory):
+    """The plugin's virtual loop factory: each loop it makes for a fuzzed test is armed with
+    that test's current seed (and traced under the determinism check) before it runs
+    anything. One factory serves every seed: pytest-asyncio takes it at collection, and a
+    test runs under many seeds."""
+
+    __slots__ = ()
+
+    def __call__(self) -> asyncio.AbstractEventLoop:
+        """A new virtual loop, fuzzed if the test being set up or run is."""
+        loop = super().__call__()
+        run = _current[-1].stash.get(_run, None) if _current else None
+        if run is not None:
+            clock = clock_of(loop)
+            assert clock is not None
+            clock.fuzz(run.fuzz)
+            if run.traces is not None:
+                run.traces.append(clock.trace())
+        return loop
+
+
+class _Run:
+    """One run of a fuzzed test: its seed's Fuzz, and the traces of the loops it made (under
+    the determinism check)."""
+
+    __slots__ = ("first", "fuzz", "traces")
+
+    def __init__(self, fuzz: Fuzz, trace: bool, first: bool) -> None:
+        self.fuzz = fuzz
+        self.first = first  # the test's first run: the one the run's tally counts
+        self.traces: list[list[tuple[float, str]]] | None = [] if trace else None
+
+    def trace(self) -> list[tuple[float, str]]:
+        return [event for trace in self.traces or () for event in trace]
+
+
+class _Plan:
+    """How one test is fuzzed: its seeds, its settings, whether its determinism is checked."""
+
+    __slots__ = ("check", "fuzz", "seeds")
+
+    def __init__(self, seeds: range, fuzz: Fuzz, check: bool) -> None:
+        self.seeds = seeds
+        self.fuzz = fuzz
+        self.check = check
+
+
+class _Fuzzing:
+    """The fuzzing options of a run, and the protocol that runs a fuzzed test under its seeds
+    (a plugin object, registered at configure)."""
+
+    def __init__(
+        self,
+        seed: int | None,
+        count: int | None,
+        check: bool,
+        settings: dict[str, float],
+    ) -> None:
+        self.seed = seed
+        self.count = count
+        self.check = check
+        self.settings = settings  # the options given: jitter, stall_rate, stall
+        self.everywhere = seed is not None or count is not None or check
+        self.failing: list[str] = []
+
+    @classmethod
+    def from_options(cls, config: pytest.Config) -> _Fuzzing:
+        """Read and check the options (a usage error naming the bad one)."""
+
+        def option(name: str) -> str | None:
+            value = config.getoption(name.replace("-", "_"))
+            return None if value is None else str(value)
+
+        try:
+            seed = _int_option("--aiowheel-seed", option("aiowheel-seed"), 0)
+            count = _int_option("--aiowheel-fuzz", option("aiowheel-fuzz"), 1)
+            settings = {}
+            for name, key, most in (
+                ("jitter", "jitter", None),
+                ("stall-rate", "stall_rate", 1.0),
+                ("stall", "stall", None),
+            ):
+                text = option(f"aiowheel-{name}")
+                if text is not None:
+                    settings[key] = _number_option(f"--aiowheel-{name}", text, most)
+        except (TypeError, ValueError) as exc:
+            raise pytest.UsageError(f"aiowheel.pytest: {exc}") from None
+        check = bool(config.getoption("aiowheel_check_determinism"))
+        fuzzing = cls(seed, count, check, settings)
+        if fuzzing.everywhere and config.getoption("aiowheel_clock") == "real":
+            given = "--aiowheel-seed" if seed is not None else "--aiowheel-fuzz"
+            if seed is None and count is None:
+                given = "--aiowheel-check-determinism"
+            raise pytest.UsageError(
+                f"aiowheel.pytest: {given} fuzzes the virtual clock, and --aiowheel-clock real "
+                "asks for the real one: drop --aiowheel-clock real (the seed puts every asyncio "
+                "test on a virtual clock), or mark the tests that need real time "
+                "@pytest.mark.aiowheel_clock('real')"
+            )
+        return fuzzing
+
+    def describe(self) -> str:
+        """The run's fuzzing, for the report header."""
+        first = self.seed or 0
+        seeds = (
+            f"seed {first}" if self.count is None else f"seeds {first}..{first + self.count - 1}"
+        )
+        check = ", each run twice (determinism check)" if self.check else ""
+        settings = "".join(f", {k} {v:g}" for k, v in self.settings.items())
+        return f"fuzzed: {seeds}{settings}{check}"
+
+    def plan(self, item: pytest.Item) -> _Plan | None:
+        """How ``item`` is fuzzed; None if it is not (a usage error for a bad marker)."""
+        marker = item.get_closest_marker(_FUZZ_MARKER)
+        if marker is None and not self.everywhere:
+            return None
+        if _clock_for(item) is None:
+            if marker is not None:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.{_FUZZ_MARKER} fuzzes the virtual clock, and "
+                    f"the test is marked {_MARKER}('real')"
+                )
+            return None
+        settings = dict(self.settings)
+        count = self.count
+        if marker is not None:
+            try:
+                if len(marker.args) > 1 or set(marker.kwargs) - {
+                    "k",
+                    "jitter",
+                    "stall_rate",
+                    "stall",
+                }:
+                    raise TypeError("takes k and the keywords jitter, stall_rate and stall")
+                k = marker.args[0] if marker.args else marker.kwargs.get("k", 10)
+                if count is None and self.seed is None:
+                    count = _int_option("k", k, 1)
+                for key in ("jitter", "stall_rate", "stall"):
+                    if marker.kwargs.get(key) is not None:
+                        settings[key] = marker.kwargs[key]
+                fuzz = self._fuzz(0, settings)
+            except (TypeError, ValueError) as exc:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: @pytest.mark.{_FUZZ_MARKER}: {exc}"
+                ) from None
+        else:
+            fuzz = self._fuzz(0, settings)
+        first = self.seed or 0
+        return _Plan(range(first, first + (count or 1)), fuzz, self.check)
+
+    @staticmethod
+    def _fuzz(seed: int, settings: Mapping[str, object]) -> Fuzz:
+        return Fuzz.checked(
+            seed,
+            settings.get("jitter", DEFAULT_JITTER_TICKS * _TICK),
+            settings.get("stall_rate", 0.0),
+            settings.get("stall", DEFAULT_STALL),
+        )
+
+    def replay(self, item: pytest.Item, fuzz: Fuzz) -> str:
+        """The command line that replays ``item`` under ``fuzz``."""
+        options = "".join(
+            f" --aiowheel-{key.replace('_', '-')} {value:g}" for key, value in self.settings.items()
+        )
+        check = " --aiowheel-check-determinism" if self.check else ""
+        return (
+            f"pytest -p aiowheel.pytest '{item.nodeid}' --aiowheel-seed {fuzz.seed}{options}{check}"
+        )
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> bool | None:
+        """Run a fuzzed test under each of its seeds (twice each under the determinism check),
+        whole runs, until one fails; report that one (or the last), with its seed."""
+        plan = self.plan(item)
+        if plan is None:
+            return None
+        from _pytest.runner import runtestprotocol
+
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        reports: list[pytest.TestReport] = []
+        try:
+            for seed in plan.seeds:
+                fuzz = Fuzz(seed, plan.fuzz.jitter, plan.fuzz.stall_rate, plan.fuzz.stall)
+                traces = []
+                for again in range(2 if plan.check else 1):
+                    first = seed == plan.seeds[0] and not again
+                    run = item.stash[_run] = _Run(fuzz, plan.check, first)
+                    reports = runtestprotocol(item, nextitem=nextitem, log=False)
+                    if any(report.failed for report in reports):
+                        self._failed(item, fuzz, reports, "fails")
+                        return True
+                    if any(report.skipped for report in reports):
+                        return True  # skipped (or xfailed): one run says it
+                    traces.append(run.trace())
+                if plan.check:
+                    where = first_divergence(*traces)
+                    if where is not None:
+                        self._diverged(item, fuzz, reports, where)
+                        return True
+            return True
+        finally:
+            del item.stash[_run]
+            for report in reports:
+                item.ihook.pytest_runtest_logreport(report=report)
+            item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+    def _failed(
+        self, item: pytest.Item, fuzz: Fuzz, reports: list[pytest.TestReport], what: str
+    ) -> None:
+        replay = self.replay(item, fuzz)
+        line = f"aiowheel: seed {fuzz.seed} {what} {item.nodeid}; replay: {replay}"
+        self.failing.append(line)
+        for report in reports:
+            if report.failed:
+                report.sections.append(
+                    ("aiowheel fuzzing", f"seed {fuzz.seed} {what} this test; replay it with\n"
+                     f"  {replay}")
+                )  # fmt: skip
+
+    def _diverged(
+        self, item: pytest.Item, fuzz: Fuzz, reports: list[pytest.TestReport], where: str
+    ) -> None:
+        call = next((report for report in reports if report.when == "call"), reports[-1])
+        call.outcome = "failed"
+        call.longrepr = (
+            f"aiowheel --aiowheel-check-determinism: seed {fuzz.seed} ran this test twice and "
+            f"the runs' timers differ, so a seed cannot replay it: {where}\n"
+            "A test runs the same under one seed only if nothing outside the loop decides what "
+            "it does: look for threads (to_thread, executors) racing the loop, real I/O "
+            "(sockets, files, subprocesses), random or uuid without a seed, the wall clock "
+            "(time.time, datetime.now), and iteration over sets of objects (hash order)."
+        )
+        self._failed(item, fuzz, reports, "is not deterministic in")
+
+
+def _int_option(name: str, text: object, least: int) -> int | None:
+    """An int option's value (None if not given), or a ValueError naming ``name``."""
+    if text is None:
+        return None
+    value: int | None = None
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    elif isinstance(text, str) and text.strip().lstrip("-").isdigit():
+        value = int(text)
+    if value is None or value < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {text!r}")
+    return value
+
+
+def _number_option(name: str, text: str, most: float | None) -> float:
+    """A number option's value, or a ValueError naming ``name``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
+    return fuzz_number(name, value, at_most=most)

@@ -13,8 +13,10 @@ testing-time page).
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -24,7 +26,7 @@ import pytest
 
 import aiowheel.testing as testing
 from aiowheel._virtual import Fuzz
-from tests.support import Base
+from tests.support import ROOT, Base
 
 Program = Callable[[], Coroutine[Any, Any, Any]]
 
@@ -410,6 +412,101 @@ def measure(runs: int = 20, limit: int = 1000) -> list[tuple[str, str, int, int,
             (shape.name, settings, int(statistics.median(counts)), min(counts), max(counts))
         )
     return table
+
+
+# -- the pytest plugin: --aiowheel-fuzz, --aiowheel-seed, the marker, the determinism check ----
+
+SUITE = """
+import asyncio, random
+import pytest
+
+
+@pytest.mark.asyncio
+async def test_sleeps():
+    await asyncio.sleep(10)
+
+
+@pytest.mark.asyncio
+async def test_timeout_drops_a_response():
+    loop = asyncio.get_running_loop()
+    received, answer = [], loop.create_future()
+    loop.call_later(0.999, lambda: (received.append(1), answer.set_result(1)))
+    try:
+        async with asyncio.timeout(1.0):
+            await answer
+    except TimeoutError:
+        assert not received, "timed out on an answered request"
+
+
+@pytest.mark.aiowheel_fuzz(3, jitter=0.0)
+@pytest.mark.asyncio
+async def test_marked_without_jitter():
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(0.25)
+    assert loop.time() == 0.25
+
+
+@pytest.mark.asyncio
+async def test_unseeded_random():
+    await asyncio.sleep(random.random())
+"""
+
+
+def _pytest(tmp_path: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "aiowheel.pytest", "-p", "no:cacheprovider",
+         "-q", *args],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+@pytest.mark.once
+def test_fuzz_k_finds_the_bug_prints_its_seed_and_the_seed_replays_it(tmp_path: Any) -> None:
+    found = _pytest(tmp_path, "--aiowheel-fuzz", "4", "-k", "not random")
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert "2 passed" in found.stdout and "1 failed" in found.stdout
+    replay = "pytest -p aiowheel.pytest 'test_suite.py::test_timeout_drops_a_response' "
+    line = next(line for line in found.stdout.splitlines() if line.startswith("aiowheel: seed"))
+    assert replay + "--aiowheel-seed " in line
+    assert "aiowheel fuzzing" in found.stdout  # the failure's own section says it too
+    seed = line.rsplit(" ", 1)[1]
+    again = _pytest(tmp_path, "--aiowheel-seed", seed, "--aiowheel-check-determinism")
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "FAILED test_suite.py::test_timeout_drops_a_response - AssertionError" in again.stdout
+    # The determinism check: the unseeded random is caught, with both runs' context.
+    assert "FAILED test_suite.py::test_unseeded_random - aiowheel --aiowheel-check-det" in (
+        again.stdout
+    )
+    assert "the runs part at event 0" in again.stdout and "second run:" in again.stdout
+    assert "2 failed, 2 passed" in again.stdout
+
+
+@pytest.mark.once
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--aiowheel-seed", "3", "--aiowheel-clock", "real"),
+         "--aiowheel-seed fuzzes the virtual clock, and --aiowheel-clock real asks for the real"),
+        (("--aiowheel-seed", "3", "--aiowheel-jitter", "nan"),
+         "--aiowheel-jitter must be a finite number >= 0, got nan"),
+        (("--aiowheel-fuzz", "2", "--aiowheel-stall-rate", "-0.5"),
+         "--aiowheel-stall-rate must be a finite number >= 0, got -0.5"),
+        (("--aiowheel-seed", "x"), "--aiowheel-seed must be an int >= 0, got 'x'"),
+    ],
+)  # fmt: skip
+def test_bad_fuzz_options_are_usage_errors_naming_the_option(
+    tmp_path: Any, args: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "test_suite.py").write_text("")
+    options = ("-o", "asyncio_default_fixture_loop_scope=function", "-p", "no:cacheprovider")
+    code = pytest.main(["-p", "aiowheel.pytest", *options, *args, str(tmp_path)])
+    assert code == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: aiowheel.pytest: {message}" in capsys.readouterr().err
 
 
 if __name__ == "__main__":  # python -m tests.test_fuzz
