@@ -64,8 +64,9 @@ is checked by a *trace* (:meth:`VirtualClock.trace`): at each pass the virtual t
 origin (the line that filed it) of every timer due there; two runs with one seed must give
 equal traces.
 
-What it costs. Nothing when off: the real-time loop never reaches this module, and an unfuzzed
-virtual clock pays one ``is None`` test per jump and per pass.
+What it costs. Nothing when off: the real-time loop never reaches this code (``random`` is
+imported only when a clock is fuzzed), and an unfuzzed virtual clock pays one ``is None`` test
+per jump and per pass.
 """
 
 from __future__ import annotations
@@ -77,7 +78,6 @@ import gc
 import heapq
 import itertools
 import math
-import random
 import selectors
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -178,6 +178,8 @@ class _Chance:
     __slots__ = ("_random", "fuzz")
 
     def __init__(self, fuzz: Fuzz) -> None:
+        import random  # here, not at the top: a program that never fuzzes never imports it
+
         self.fuzz = fuzz
         self._random = random.Random(fuzz.seed)
 
