@@ -41,10 +41,12 @@ wake-ups it jumps to are the engine's own ``epoch + expiration * tick``: the ver
 engine compares, so a deadline ``D`` runs with ``loop.time()`` equal to ``D`` rounded up to the
 tick, and ties run in the order they were filed.
 
-Fuzzing time (:class:`Fuzz`, armed on a clock by :meth:`VirtualClock.fuzz`). The exact clock
-above makes one schedule: every timer on time. A real loop makes many: timers late by whatever
-the loop was busy with, batches of them coalesced, the whole loop stalled by one slow callback.
-A seed picks one of those schedules, and only ones a real loop-mode loop could make:
+Fuzzing time (:class:`aiowheel._fuzz.Fuzz`, armed on a clock by :meth:`VirtualClock.fuzz`;
+the settings and the draws live in :mod:`aiowheel._fuzz`, imported only when a clock is
+fuzzed). The exact clock above makes one schedule: every timer on time. A real loop makes
+many: timers late by whatever the loop was busy with, batches of them coalesced, the whole loop
+stalled by one slow callback. A seed picks one of those schedules, and only ones a real
+loop-mode loop could make:
 
 - **late, never early**: a jump to a wake-up lands a seeded amount in ``[0, jitter]`` past it.
   Every timer due by then runs in that one pass, in deadline order (the engine sorts a pass's
@@ -64,9 +66,9 @@ is checked by a *trace* (:meth:`VirtualClock.trace`): at each pass the virtual t
 origin (the line that filed it) of every timer due there; two runs with one seed must give
 equal traces.
 
-What it costs. Nothing when off: the real-time loop never reaches this code (``random`` is
-imported only when a clock is fuzzed), and an unfuzzed virtual clock pays one ``is None`` test
-per jump and per pass.
+What it costs. Nothing when off: the real-time loop never reaches this code, the fuzzing module
+(and ``random``) is imported only when a clock is fuzzed, and an unfuzzed virtual clock pays
+one ``is None`` test per jump and per pass.
 """
 
 from __future__ import annotations
@@ -81,11 +83,14 @@ import math
 import selectors
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from . import _validate
 
-__all__ = ["Fuzz", "VirtualClock", "VirtualTime", "fuzz_number"]
+if TYPE_CHECKING:
+    from ._fuzz import Chance, Fuzz
+
+__all__ = ["VirtualClock", "VirtualTime"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -110,90 +115,6 @@ class VirtualTime:
 
     def __hash__(self) -> int:
         return hash(self._key())
-
-
-DEFAULT_JITTER_TICKS: Final = 3
-"""The overshoot bound when none is given: this many ticks of the loop's wheel."""
-
-DEFAULT_STALL: Final = 0.1
-"""The longest stall when none is given, in seconds (used only at a stall rate above 0)."""
-
-
-def fuzz_number(name: str, value: object, *, at_most: float | None = None) -> float:
-    """``value`` as a float >= 0 (and <= ``at_most``), or a ValueError / TypeError naming
-    ``name`` (a parameter, or a pytest option)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    number = float(value)
-    if math.isnan(number) or number < 0 or math.isinf(number):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    if at_most is not None and number > at_most:
-        raise ValueError(f"{name} must be at most {at_most}, got {value!r}")
-    return number
-
-
-def fuzz_seed(name: str, value: object) -> int:
-    """``value`` as a seed (an int >= 0), or a ValueError / TypeError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= 0, got {type(value).__name__} {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-    return int(value)
-
-
-@dataclass(frozen=True, slots=True)
-class Fuzz:
-    """How a fuzzed virtual clock varies *when* things run (see the module docstring).
-
-    Made by :func:`aiowheel.testing.virtual_loop_factory` and :func:`aiowheel.testing.run`
-    (``seed=``, ``jitter=``, ``stall_rate=``, ``stall=``), which check the values.
-    """
-
-    seed: int
-    """Picks the schedule; the same seed replays it."""
-    jitter: float
-    """Each jump to a wake-up lands up to this many seconds past it (uniform, seeded)."""
-    stall_rate: float = 0.0
-    """The chance, after each pass of timers, that the loop stalls (0: never, 1: every pass)."""
-    stall: float = DEFAULT_STALL
-    """A stall's longest length, in seconds (each one uniform in ``[0, stall]``)."""
-
-    @classmethod
-    def checked(
-        cls, seed: object, jitter: object, stall_rate: object, stall: object, *, prefix: str = ""
-    ) -> Fuzz:
-        """A Fuzz from unchecked values; errors name ``prefix + parameter`` (``--aiowheel-``
-        for the pytest options)."""
-        return cls(
-            fuzz_seed(f"{prefix}seed", seed),
-            fuzz_number(f"{prefix}jitter", jitter),
-            fuzz_number(f"{prefix}stall-rate" if prefix else "stall_rate", stall_rate, at_most=1.0),
-            fuzz_number(f"{prefix}stall", stall),
-        )
-
-
-class _Chance:
-    """A fuzzed clock's draws: one ``random.Random(seed)``, drawn in the loop's own order."""
-
-    __slots__ = ("_random", "fuzz")
-
-    def __init__(self, fuzz: Fuzz) -> None:
-        import random  # here, not at the top: a program that never fuzzes never imports it
-
-        self.fuzz = fuzz
-        self._random = random.Random(fuzz.seed)
-
-    def late(self) -> float:
-        """How far past a wake-up a jump lands."""
-        jitter = self.fuzz.jitter
-        return self._random.uniform(0.0, jitter) if jitter else 0.0
-
-    def stall(self) -> float:
-        """How long the loop stalls after this pass (0.0: not at all)."""
-        fuzz = self.fuzz
-        if fuzz.stall_rate and fuzz.stall and self._random.random() < fuzz.stall_rate:
-            return self._random.uniform(0.0, fuzz.stall)
-        return 0.0
 
 
 class _Wake:
@@ -233,7 +154,7 @@ class VirtualClock:
         self._due_scheduled = False
         self._idle: _Idle | None = None
         self._base_call_soon: Callable[..., Any] = loop.call_soon
-        self._chance: _Chance | None = None  # fuzzing off: the exact clock
+        self._chance: Chance | None = None  # fuzzing off: the exact clock
         self._trace: list[tuple[float, str]] | None = None
         # An advance finished and its task has not run yet: no stall until the loop is idle
         # again (the test reads the time the advance promised).
@@ -266,7 +187,9 @@ class VirtualClock:
     def fuzz(self, fuzz: Fuzz | None) -> None:
         """Run under ``fuzz`` from now on (None: exact again). Arm it before the loop runs
         anything to replay a seed: the draws follow the jumps from the first one on."""
-        self._chance = None if fuzz is None else _Chance(fuzz)
+        from ._fuzz import Chance  # here: a program that never fuzzes never imports it
+
+        self._chance = None if fuzz is None else Chance(fuzz)
 
     def trace(self) -> list[tuple[float, str]]:
         """Start (or keep) recording, and return the record: ``(time, origin)`` for each timer

@@ -86,8 +86,9 @@ import pytest
 
 from . import _engine, _validate
 from ._census import PendingTimer, _name, pending
+from ._fuzz import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz, fuzz_number
 from ._loop import LoopFactory, loop_factory, virtual_loop_factory, watch_loops
-from ._virtual import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz, VirtualClock, fuzz_number
+from ._virtual import VirtualClock
 from .loops import BASES, auto_base, base_class, installed
 from .testing import clock_of, first_divergence
 

@@ -41,9 +41,10 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
+from ._fuzz import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz
 from ._loop import LoopConfig, LoopFactory
 from ._loop import virtual_loop_factory as _virtual_loop_factory
-from ._virtual import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz, VirtualClock, VirtualTime
+from ._virtual import VirtualClock, VirtualTime
 
 __all__ = [
     "Fuzz",

@@ -1,10 +1,11 @@
-"""Fuzzing time (aiowheel._virtual's Fuzz, aiowheel.testing's seed=): seeded lateness and
-stalls on the virtual clock, replay from a seed, the determinism check, and six programs with
-known timing bugs that pass on the exact clock and that the fuzzer finds.
+"""Fuzzing time (aiowheel._fuzz, the fuzzed clock of aiowheel._virtual, aiowheel.testing's
+``seed=``, the pytest plugin's options): seeded lateness and stalls on the virtual clock, replay
+from a seed, the determinism check, and six programs with known timing bugs that pass on the
+exact clock and that the fuzzer finds.
 
 The bug shapes are small on purpose: each is the timing assumption of a real bug, with nothing
 else. Each must pass on the exact virtual clock (it does, every time: that clock is
-deterministic), be found by seeds 0, 1, 2... within ``K_MAX`` (a fixed, reproducible search),
+deterministic), be found by seeds 0, 1, 2... within ``k_max`` (a fixed, reproducible search),
 and fail again, the same way, when its seed is replayed. ``python -m tests.test_fuzz``
 measures how many seeds each needs over 20 independent searches (the table on the docs'
 testing-time page).
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 
 import aiowheel.testing as testing
-from aiowheel._virtual import Fuzz
+from aiowheel._fuzz import Fuzz
 from tests.support import ROOT, Base
 
 Program = Callable[[], Coroutine[Any, Any, Any]]
