@@ -232,12 +232,19 @@ def test_a_timer_of_its_own_closed_in_a_due_batch_lets_that_batch_finish() -> No
 # -- D: slots ----------------------------------------------------------------------------------
 
 
-def test_slots_past_the_limit_are_refused_at_construction_and_the_limit_works() -> None:
+def test_slots_past_the_limit_are_refused_at_construction_as_the_core_refuses_them() -> None:
     with pytest.raises(ValueError, match=r"^slots must be a power of two from 2 to 1048576"):
         aiowheel.Timer(slots=2**21)
+    if aiowheel.NATIVE:  # the native core's limit is the wheel's, with the same words
+        from aiowheel import _core  # type: ignore[attr-defined]
+        from aiowheel._wheel import MAX_SLOTS
+
+        assert len(_core.Core(lambda: None, 0.001, MAX_SLOTS, 0.0, None)) == 0
+        with pytest.raises(ValueError, match=r"^slots must be a power of two from 2 to 1048576"):
+            _core.Core(lambda: None, 0.001, 2 * MAX_SLOTS, 0.0, None)
 
     async def main() -> list[int]:
-        timer = aiowheel.Timer(slots=2**20)
+        timer = aiowheel.Timer(slots=2**10)
         out: list[int] = []
         timer.call_later(0.01, out.append, 1)
         timer.call_later(0.02, out.append, 2)
