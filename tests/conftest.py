@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -30,12 +31,33 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Declare the suite's own marker."""
+    """Declare the suite's own markers."""
     config.addinivalue_line(
         "markers",
         "bases(*names): run a test taking `base` on these installed bases only "
         "(default: every base aiowheel.loops.installed() finds)",
     )
+    config.addinivalue_line(
+        "markers",
+        "once: a test whose outcome does not depend on the interpreter or the build (servers "
+        "in subprocesses, examples, docs pages, benches): CI runs it in its first pass only "
+        f"and sets {ONCE_DONE}=1 for the others, which then deselect it",
+    )
+
+
+# CI (.ci/run) sets this for every pass after its first: tests marked `once` are deselected
+# there (reported as deselected, not skipped: they ran, in the first pass).
+ONCE_DONE = "AIOWHEEL_ONCE_DONE"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the ``once`` tests in CI's later passes (see ``ONCE_DONE``)."""
+    if os.environ.get(ONCE_DONE, "") in ("", "0"):
+        return
+    once = [item for item in items if item.get_closest_marker("once") is not None]
+    if once:
+        config.hook.pytest_deselected(items=once)
+        items[:] = [item for item in items if item.get_closest_marker("once") is None]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -10,6 +10,8 @@ import pytest
 
 from bench import suite
 
+pytestmark = pytest.mark.once  # the bench's output, not the interpreter: CI's first pass
+
 
 def test_tiny_run_writes_every_workload_table_json_and_plot(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -25,6 +25,8 @@ import pytest
 
 from tests.support import ROOT, free_port
 
+pytestmark = pytest.mark.once  # the pages' snippets: CI's first pass
+
 BLOCK = re.compile(
     r"<!-- runnable(?::\s*(?P<how>[^>]*?))?\s*-->\s*\n```(?P<lang>\w+)\n(?P<code>.*?)\n```",
     re.DOTALL,
