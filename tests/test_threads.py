@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -575,3 +576,38 @@ def test_loops_made_run_and_closed_while_other_threads_misuse_them_lose_no_wake_
 
 def _no_op() -> None:
     pass
+
+
+@free_threaded_only
+def test_a_tight_foreign_call_later_loop_does_not_starve_the_loops_own_sleep() -> None:
+    """Issue #35 (unclear case, 3.14t): a thread calling ``call_later`` on a running loop in a
+    tight loop starved the loop's own 11 ms sleep for over 5 s (its calls were filed, and the
+    loop thread ran one huge batch, contending for the core's lock). They are refused now, and
+    the sleeps end on time (bound: 10 s for twenty 11 ms sleeps, for a loaded machine)."""
+    loop = aiowheel.new_event_loop()
+    stop = threading.Event()
+    refused = [0]
+
+    def hammer() -> None:
+        while not stop.is_set():
+            try:
+                loop.call_later(0.02, _no_op)
+            except RuntimeError:
+                refused[0] += 1
+
+    async def sleeps() -> float:
+        start = time.monotonic()
+        for _ in range(20):
+            await asyncio.sleep(0.011)
+        return time.monotonic() - start
+
+    thread = threading.Thread(target=hammer, daemon=True)
+    try:
+        loop.call_soon(thread.start)
+        took = loop.run_until_complete(sleeps())
+    finally:
+        stop.set()
+        thread.join(10)
+        loop.close()
+    assert took < 10, took
+    assert refused[0] > 0
