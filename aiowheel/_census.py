@@ -321,6 +321,11 @@ def loop_lag(loop: asyncio.AbstractEventLoop | None = None, *, reset: bool = Fal
     )
 
 
+_deadline_sources: Final[list[Callable[[asyncio.Task[Any]], float | None]]] = []
+"""Deadlines kept off the wheel's entries, each source giving the one guarding a task (or None):
+:mod:`aiowheel.asgi`'s requests share one wheel entry per tick, and keep their own."""
+
+
 def current_deadline() -> float | None:
     """The earliest deadline (loop time) of the timeouts guarding the current task, or None
     (no timeout, or not in a task): aiowheel's ``timeout`` / ``timeout_at`` / ``wait_for``,
@@ -337,6 +342,7 @@ def current_deadline() -> float | None:
     if task is None:
         return None
     deadlines = [engine._deadline_for(task) for engine in engines_of(loop)]
+    deadlines.extend(source(task) for source in _deadline_sources)
     for _handle, when, callback, _args, _traceback in _base_heap(loop):
         if asyncio_timeout_task(callback) is task:
             deadlines.append(when)

@@ -28,8 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ._default import get_timer
-from .asgi import DEFAULT_BODY, Body, BudgetExhausted, Expired, _cap, _current, _Request, _Settings
+from .asgi import DEFAULT_BODY, Body, Expired, _cap, _current, _Deadlines, _Settings
 
 __all__ = ["deadline_middleware"]
 
@@ -56,11 +55,12 @@ def deadline_middleware(
     settings = _Settings(
         "deadline_middleware", timeout, overrides, header, status, body, content_type
     )
+    deadlines = _Deadlines()
 
     @web.middleware
     async def request_deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
-        path = request.path
-        if settings.exact or settings.prefixes:
+        if settings.by_path:
+            path = request.path
             route: Any = request.match_info.route
             resource = getattr(route, "resource", None)
             canonical = getattr(resource, "canonical", None) if resource is not None else None
@@ -74,26 +74,24 @@ def deadline_middleware(
             cap = _cap("deadline_middleware", settings.header, request.headers.get(settings.header))
             if cap is not None and cap < seconds:
                 seconds = cap
-        timer = get_timer()
-        started = timer.time()
-        state = _Request(started, cap)
+        state = deadlines.start(seconds, cap)
         token = _current.set(state)
-        cm = timer.timeout_at(started + seconds)
         try:
-            async with cm:
-                state.timeout = cm
-                response = await handler(request)
-        except TimeoutError as exc:
-            ours = cm.expired() or isinstance(exc, BudgetExhausted)
-            if not ours or _started(request):
-                raise  # aiohttp closes the connection: the response is cut off
-        else:
-            return response  # in time (or the handler swallowed its cancellation and answered)
-        finally:
+            response = await handler(request)
+        except BaseException as exc:
             _current.reset(token)
-        now = timer.time()
-        when = cm.when()
-        expired = Expired(path, started, now if when is None else when, now)
+            if not _Deadlines.end(state, exc):
+                raise  # not the deadline's
+            if _started(request):  # aiohttp closes the connection: the response is cut off
+                if isinstance(exc, TimeoutError):
+                    raise
+                raise TimeoutError() from exc
+        else:
+            _current.reset(token)
+            _Deadlines.end(state, None)
+            return response  # in time (or the handler swallowed its cancellation and answered)
+        now = state.table.loop.time()
+        expired = Expired(request.path, state.started, state.deadline, now)
         return web.Response(
             status=settings.status,
             body=settings.answer(expired),

@@ -50,17 +50,22 @@ nothing but the standard library (no Starlette): it speaks ASGI 3 to any framewo
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import math
+import os
 import re
+import sys
+import weakref
+from _thread import get_ident as _get_ident
+from asyncio import _get_running_loop
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-from ._census import time_left
+from ._census import _deadline_sources, time_left
 from ._default import get_timer
-from ._timeout import Timeout
 from ._validate import period
 
 __all__ = [
@@ -120,24 +125,280 @@ Body = bytes | Callable[[Expired], bytes]
 """A fixed response body, or a function making one from an :class:`Expired`."""
 
 
-# --- shared with aiowheel.aiohttp -----------------------------------------------------------
+# --- shared with aiowheel.aiohttp: the deadlines, one wheel entry per tick -----------------
+
+if sys.version_info >= (3, 12):
+    from _asyncio import current_task as _current_task  # the C function
+else:
+    # 3.11's asyncio.current_task is Python (~300 ns); the registry it reads is the C
+    # accelerator's dict.
+    _current_tasks: Final[dict[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = (
+        asyncio.tasks._current_tasks  # type: ignore[attr-defined]
+    )
+
+    def _current_task(loop: asyncio.AbstractEventLoop) -> asyncio.Task[Any] | None:
+        return _current_tasks.get(loop)
+
+
+_forks: Final = [0]  # how many times this process is a forked child
+
+
+def _after_fork_in_child() -> None:
+    _forks[0] += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @final
 class _Request:
-    """One request's deadline: the Timeout guarding its task and what bounds moving it."""
+    """One request's deadline: the task it guards, where it is filed, what bounds moving it."""
 
-    __slots__ = ("cap", "started", "timeout")
+    __slots__ = (
+        "cancelling", "cap", "deadline", "ended", "expired", "soon", "started", "table", "task",
+        "tick", "unfiled",
+    )  # fmt: skip
 
-    def __init__(self, started: float, cap: float | None) -> None:
+    def __init__(
+        self,
+        table: _Table,
+        task: asyncio.Task[Any],
+        started: float,
+        deadline: float,
+        cap: float | None,
+    ) -> None:
+        self.table = table  # the middleware's deadlines on the request's loop
+        self.task = task
+        self.cancelling = task.cancelling()  # asyncio.timeout's accounting, see _Deadlines.end
         self.started = started
+        self.deadline = deadline
         self.cap = cap  # the inbound header's limit, in seconds from `started`
-        self.timeout: Timeout | None = None
+        self.expired = False
+        self.ended = False
+        self.tick: _Tick | None = None  # the tick whose wheel entry guards it, once filed
+        self.soon: asyncio.Handle | None = None  # or a passed deadline, handed to call_soon
+        self.unfiled = True  # until _Table.file_started has seen it
+
+    def live(self) -> bool:
+        """Whether the deadline still guards the request (not ended, not expired)."""
+        return not (self.ended or self.expired)
+
+    def expire(self) -> None:
+        """The deadline has passed: cancel the request's task (once)."""
+        self.soon = None
+        if not (self.ended or self.expired):
+            self.expired = True
+            self.task.cancel()
+
+
+@final
+class _Tick:
+    """The requests of one middleware, on one loop, whose deadlines fall in one tick: one wheel
+    entry for all of them, filed at the earliest of their deadlines."""
+
+    __slots__ = ("handle", "key", "members", "table", "timer", "when")
+
+    def __init__(self, table: _Table, key: int, when: float) -> None:
+        self.table = table
+        self.key = key
+        self.when = when
+        self.members: dict[_Request, None] = {}  # a set in arrival (so deadline) order
+        self.timer = table.timer
+        self.handle = table.timer.call_at(when, self.expire_requests)
+
+    def expire_requests(self) -> None:
+        """The wheel entry's callback: cancel every member whose deadline has passed (all of
+        them, unless the tick straddles two of the wheel's ticks: the rest are filed again)."""
+        table = self.table
+        if table.ticks.get(self.key) is self:
+            del table.ticks[self.key]
+        now = table.loop.time()
+        members = self.members
+        self.members = {}
+        later = []
+        for request in members:
+            request.tick = None
+            if request.deadline <= now:
+                request.expire()
+            else:
+                later.append(request)
+        for request in later:  # never early: filed again for its own deadline
+            table.join(request)
+
+    def leave(self, request: _Request) -> None:
+        """``request`` is done (or moved): out of the tick; the entry cancelled once empty."""
+        members = self.members
+        del members[request]
+        request.tick = None
+        if not members:
+            self.handle.cancel()
+            ticks = self.table.ticks
+            if ticks.get(self.key) is self:
+                del ticks[self.key]
+
+
+@final
+class _Table:
+    """A middleware's deadlines on one loop: the requests started since the loop last ran its
+    ready callbacks (not filed yet), and the ticks of those filed."""
+
+    __slots__ = ("arming", "forks", "loop", "per_tick", "thread", "ticks", "timer", "unfiled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.thread = _get_ident()  # where `loop` ran when this table was made
+        self.forks = _forks[0]
+        self.timer = timer = get_timer()
+        self.per_tick = 1.0 / timer.tick
+        self.ticks: dict[int, _Tick] = {}
+        self.unfiled: list[_Request] = []
+        self.arming = False  # file_started is scheduled
+
+    def file_started(self) -> None:
+        """A ready callback, one per loop iteration that started requests: file the deadline of
+        each that is still running (it has suspended: only now can a deadline reach it)."""
+        self.arming = False
+        started = self.unfiled
+        if not started:
+            return
+        self.unfiled = []
+        now = self.loop.time()
+        for request in started:
+            request.unfiled = False
+            if request.ended or request.expired or request.soon is not None:
+                continue
+            if request.deadline <= now:
+                request.expire()  # a deadline shorter than one loop iteration
+            else:
+                self.join(request)
+
+    def join(self, request: _Request) -> None:
+        """Put ``request`` under the tick of its deadline (an entry filed for it if the tick
+        has none, or moved earlier if its deadline is the tick's earliest)."""
+        deadline = request.deadline
+        key = int(deadline * self.per_tick)
+        tick = self.ticks.get(key)
+        if tick is None:
+            if self.timer.closed():  # closed under us: the loop's timer now
+                self.timer = get_timer()
+            tick = self.ticks[key] = _Tick(self, key, deadline)
+        elif deadline < tick.when:  # a shorter deadline joined (an override, a cap)
+            tick.handle.cancel()
+            tick.when = deadline
+            tick.handle = self.timer.call_at(deadline, tick.expire_requests)
+        tick.members[request] = None
+        request.tick = tick
+
+
+@final
+class _Deadlines:
+    """A middleware's request deadlines: started, moved and ended here, for both middlewares
+    (see the module's docstring for the design)."""
+
+    __slots__ = ("_table", "_tables")
+
+    def __init__(self) -> None:
+        self._table: _Table | None = None  # the last loop's (one attribute: read atomically)
+        self._tables: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Table] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def start(self, seconds: float, cap: float | None) -> _Request:
+        """A deadline ``seconds`` from now for the current task (RuntimeError outside one):
+        noted, and filed on the wheel only if the request is still running when the loop next
+        runs its ready callbacks."""
+        # The last request's loop, if it is the one running this task: asked first because
+        # asking which loop runs (asyncio._get_running_loop) costs a getpid() system call on
+        # 3.11, a tenth of all this. Its current task is ours only if the loop runs in this
+        # thread: the loop ran here when the table was made, and it has a current task now
+        # (3.11's registry holds one only during a task's step), so it still runs here, short
+        # of a running loop handed to another thread while this one runs another loop.
+        table = self._table
+        task = None
+        if table is not None and table.thread == _get_ident() and table.forks == _forks[0]:
+            task = _current_task(table.loop)
+        if task is None:
+            loop = _get_running_loop()
+            task = None if loop is None else _current_task(loop)
+            if loop is None or task is None:
+                raise RuntimeError("a request deadline needs to run inside a task")
+            table = self._tables.get(loop)
+            if table is None or table.thread != _get_ident() or table.forks != _forks[0]:
+                table = self._tables[loop] = _Table(loop)
+            self._table = table
+        assert table is not None
+        loop = table.loop
+        now = loop.time()
+        request = _Request(table, task, now, now + seconds, cap)
+        table.unfiled.append(request)
+        if not table.arming:
+            table.arming = True
+            loop.call_soon(table.file_started)
+        return request
+
+    @staticmethod
+    def move(request: _Request, when: float) -> None:
+        """Give the live ``request`` the deadline ``when`` (loop time), later or sooner."""
+        tick = request.tick
+        if tick is not None:
+            tick.leave(request)
+        soon = request.soon
+        if soon is not None:
+            soon.cancel()
+            request.soon = None
+        request.deadline = when
+        table = request.table
+        if when <= table.loop.time():  # passed: handed to call_soon, as asyncio.timeout does
+            request.soon = table.loop.call_soon(request.expire)
+        elif not request.unfiled:
+            table.join(request)
+        # else file_started files it with this deadline
+
+    @staticmethod
+    def end(request: _Request, exc: BaseException | None) -> bool:
+        """The request's app returned (``exc`` None) or raised ``exc``: its deadline is
+        disarmed; True if the deadline ended it (then the middleware answers or cuts off),
+        False if ``exc`` must propagate as it is.
+
+        asyncio.timeout's accounting, as :class:`aiowheel.Timeout` keeps it: once expired,
+        the task's cancellation is withdrawn (``uncancel``), and a ``CancelledError`` is the
+        deadline's only if no other cancellation is pending (an outside ``task.cancel()`` is
+        never swallowed)."""
+        request.ended = True
+        tick = request.tick
+        if tick is not None:
+            tick.leave(request)
+        else:
+            unfiled = request.table.unfiled
+            if unfiled and unfiled[-1] is request:
+                unfiled.pop()  # ended in its first step (the common case): never filed
+            soon = request.soon
+            if soon is not None:
+                soon.cancel()
+                request.soon = None
+        if not request.expired:
+            return isinstance(exc, BudgetExhausted)
+        remaining = request.task.uncancel()
+        if exc is None or isinstance(exc, TimeoutError):
+            return True  # swallowed its cancellation, or gave up on its own
+        return isinstance(exc, asyncio.CancelledError) and remaining <= request.cancelling
 
 
 _current: Final[contextvars.ContextVar[_Request | None]] = contextvars.ContextVar(
     "aiowheel.asgi.request", default=None
 )
+
+
+def _guarded(task: object) -> float | None:
+    """The request deadline guarding ``task`` (for :func:`aiowheel.current_deadline`)."""
+    request = _current.get()
+    if request is None or request.task is not task or not request.live():
+        return None
+    return request.deadline
+
+
+_deadline_sources.append(_guarded)
 
 
 def _positive(owner: str, name: str, value: object) -> float:
@@ -152,7 +413,9 @@ def _positive(owner: str, name: str, value: object) -> float:
 class _Settings:
     """A middleware's checked configuration: the deadlines by path, the header, the answer."""
 
-    __slots__ = ("body", "content_type", "exact", "header", "prefixes", "status", "timeout")
+    __slots__ = (
+        "body", "by_path", "content_type", "exact", "header", "prefixes", "status", "timeout",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -185,6 +448,7 @@ class _Settings:
                     self.exact[path] = value
         prefixes.sort(key=lambda item: len(item[0]), reverse=True)  # the longest wins
         self.prefixes = tuple(prefixes)
+        self.by_path = bool(self.exact or self.prefixes)  # else every request gets `timeout`
         if header is not None and (not isinstance(header, str) or not header.strip()):
             raise TypeError(f"{owner}: header must be a header name (a str) or None")
         self.header: str | None = None if header is None else header.strip().lower()
@@ -280,7 +544,7 @@ class DeadlineMiddleware:
         app = DeadlineMiddleware(app, timeout=5, header="x-request-timeout")
     """
 
-    __slots__ = ("_settings", "app")
+    __slots__ = ("_deadlines", "_settings", "app")
 
     def __init__(
         self,
@@ -301,6 +565,7 @@ class DeadlineMiddleware:
         self._settings = _Settings(
             "DeadlineMiddleware", timeout, overrides, header, status, body, content_type
         )
+        self._deadlines = _Deadlines()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the app for one connection; ``http`` ones under their deadline."""
@@ -308,48 +573,48 @@ class DeadlineMiddleware:
             await self.app(scope, receive, send)  # websocket and lifespan: untouched
             return
         settings = self._settings
-        path: str = scope.get("path", "")
-        seconds = settings.seconds_for(path)
+        seconds = settings.timeout
+        if settings.by_path:
+            seconds = settings.seconds_for(scope.get("path", ""))
         cap = None
         if settings.header is not None:
             cap = _cap("DeadlineMiddleware", settings.header, _header(scope, settings.header))
             if cap is not None and cap < seconds:
                 seconds = cap
-        timer = get_timer()
-        started = timer.time()
-        request = _Request(started, cap)
+        request = self._deadlines.start(seconds, cap)
         response_started = False
 
-        async def tracked_send(message: Message) -> None:
+        def tracked_send(message: Message) -> Awaitable[None]:
+            # A plain function handing back the server's awaitable: no coroutine of its own.
             nonlocal response_started
             if message["type"] == "http.response.start":
                 # Set before the send: once the server may have it, a 504 would be a second
                 # response, so a deadline from here on cuts the response off instead.
                 response_started = True
-            await send(message)
+            return send(message)
 
         token = _current.set(request)
-        cm = timer.timeout_at(started + seconds)
         try:
-            async with cm:
-                request.timeout = cm
-                await self.app(scope, receive, tracked_send)
-        except TimeoutError as exc:
-            if not (cm.expired() or isinstance(exc, BudgetExhausted)) or response_started:
-                raise  # not ours, or too late to answer: the server aborts the response
-            await self._answer(send, path, started, cm)
-        else:
-            if cm.expired() and not response_started:
-                # The endpoint swallowed its cancellation and returned without answering.
-                await self._answer(send, path, started, cm)
-        finally:
+            await self.app(scope, receive, tracked_send)
+        except BaseException as exc:
             _current.reset(token)
+            if not _Deadlines.end(request, exc):
+                raise  # not the deadline's
+            if response_started:  # too late to answer: the server aborts the response
+                if isinstance(exc, TimeoutError):
+                    raise
+                raise TimeoutError() from exc
+            await self._answer(send, scope, request)
+        else:
+            _current.reset(token)
+            if _Deadlines.end(request, None) and not response_started:
+                # The endpoint swallowed its cancellation and returned without answering.
+                await self._answer(send, scope, request)
 
-    async def _answer(self, send: Send, path: str, started: float, cm: Timeout) -> None:
+    async def _answer(self, send: Send, scope: Scope, request: _Request) -> None:
         settings = self._settings
-        when = cm.when()
-        now = get_timer().time()
-        expired = Expired(path, started, now if when is None else when, now)
+        now = request.table.loop.time()
+        expired = Expired(scope.get("path", ""), request.started, request.deadline, now)
         body = settings.answer(expired)
         headers = [
             (b"content-type", settings.content_type.encode("latin-1")),
@@ -386,17 +651,19 @@ def set_deadline(seconds: float) -> float:
     """
     value = _positive("set_deadline", "seconds", seconds)
     request = _current.get()
-    if request is None or request.timeout is None:
+    if request is None:
         raise RuntimeError(
             "set_deadline: no request deadline here (call it in a request served under "
             "aiowheel.asgi.DeadlineMiddleware or aiowheel.aiohttp.deadline_middleware)"
         )
-    if request.timeout.expired():
+    if request.expired:
         raise RuntimeError("set_deadline: the request's deadline has already expired")
+    if request.ended:
+        raise RuntimeError("set_deadline: the request has ended")
     if request.cap is not None and request.cap < value:
         value = request.cap
     when = request.started + value
-    request.timeout.reschedule(when)
+    _Deadlines.move(request, when)
     return when
 
 
@@ -437,12 +704,10 @@ def budget(minimum: float = 0.0) -> float | None:
             raise ValueError(f"budget: minimum must be >= 0 and finite, got {minimum!r}")
     left = time_left()
     request = _current.get()
-    if request is not None and request.timeout is not None:
-        when = request.timeout.when()
-        if when is not None:
-            own = max(0.0, when - get_timer().time())
-            if left is None or own < left:
-                left = own
+    if request is not None:
+        own = max(0.0, request.deadline - request.table.loop.time())
+        if left is None or own < left:
+            left = own
     if left is not None and (left <= 0.0 or left < minimum):
         raise BudgetExhausted(
             f"{left:.3f} s left of the deadline, under the {minimum:.3f} s this call needs"
