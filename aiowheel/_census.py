@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any, Final, NamedTuple
 
-from . import _engine, _purgatory
+from . import _engine
 from ._engine import Engine, engines_of
 from ._observe import asyncio_timeout_task, classify, lag_bounds, origin_key
 
@@ -198,10 +198,18 @@ def _snapshot(
     if task is None and noted is not None:
         task = noted[1]  # type: ignore[index]  # origin tracking saw who filed it
     callback: object = what if callable(what) else None  # a coroutine object is not callable
-    if kind == "call" and (operation := _purgatory.describe(what)) is not None:
+    if kind == "call" and (operation := _operation(what)) is not None:
         kind = "purgatory"  # a kind of its own, named by its waiting task or its class
         callback, what, task = operation
     return PendingTimer(when, kind, callback, namer.origin(what, task, noted), task)  # type: ignore[arg-type]
+
+
+def _operation(what: object) -> tuple[object, object, object] | None:
+    """A purgatory's operation (aiowheel._purgatory) as the census names it: (the operation,
+    what names its origin, the task waiting on it); None for any other callback. Asked of the
+    object's class, so that this room needs no import of that one (which sits above it)."""
+    entry = getattr(type(what), "_census_entry", None)
+    return None if entry is None else entry(what)
 
 
 def _when(item: tuple[object, PendingTimer]) -> float:
@@ -233,7 +241,7 @@ def timer_census(
     namer = _Namer()
     counts: Counter[tuple[str, str]] = Counter()
     for (kind, origin), count in keys.items():
-        if kind == "call" and (operation := _purgatory.describe(origin)) is not None:
+        if kind == "call" and (operation := _operation(origin)) is not None:
             _, what, task = operation  # a purgatory's operation: its origin is its callback
             kind, origin = "purgatory", origin_key(what, task, None)
         counts[kind, namer.name(origin)] += count

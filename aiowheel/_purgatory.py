@@ -623,6 +623,11 @@ class _Wait(asyncio.Future[_T]):
         """The task awaiting this wait (for pending_timers), or None."""
         return classify("purgatory", None, self)[2]
 
+    def _census_entry(self) -> tuple[object, object, object]:
+        """For the census (aiowheel._census._operation): this wait, what names its origin
+        (the task awaiting it), that task."""
+        return self, None, self._waiter()
+
 
 class DelayedOperation:
     """An operation for :meth:`Purgatory.watch`, for code that does not await: subclass it
@@ -753,16 +758,11 @@ class DelayedOperation:
         """What pending_timers names it by: its class (no task waits on it)."""
         return None
 
+    def _census_entry(self) -> tuple[object, object, object]:
+        """For the census (aiowheel._census._operation): this operation, its class (what names
+        it: no task waits on it), no task."""
+        return self, type(self), None
+
 
 _Operation = _Wait[Any] | DelayedOperation
 
-
-def describe(what: object) -> tuple[DelayedOperation | _Wait[Any], object, object] | None:
-    """For :mod:`aiowheel._census`: if ``what`` (a call timer's callback) is a purgatory's
-    operation, (the operation, what names its origin, the task waiting on it); else None.
-    A wait is named by the task awaiting it, a DelayedOperation by its class."""
-    if isinstance(what, _Wait):
-        return what, None, what._waiter()
-    if isinstance(what, DelayedOperation):
-        return what, type(what), None
-    return None
