@@ -338,7 +338,8 @@ def current_deadline() -> float | None:
     """The earliest deadline (loop time) of the timeouts guarding the current task, or None
     (no timeout, or not in a task): aiowheel's ``timeout`` / ``timeout_at`` / ``wait_for``,
     and asyncio's ``timeout`` / ``timeout_at`` / ``wait_for`` (3.12+) on loop mode and on
-    asyncio's own loops.
+    asyncio's own loops. A timeout that has expired is no longer pending: inside its block
+    (a ``finally``), this names the timeouts still pending, and :func:`time_left` is 0.0.
 
     >>> async with asyncio.timeout(5):
     ...     aiowheel.current_deadline() - loop.time()    # about 5
@@ -362,8 +363,18 @@ def time_left() -> float | None:
     """Seconds until :func:`current_deadline` (0.0 once it has passed), or None: the budget
     to hand a database or an HTTP call.
 
+    0.0 also while the current task is being cancelled (``task.cancelling()``): once a timeout
+    guarding it has expired, its deadline has left the wheel, but until its block exits the
+    task has no time left to hand on, whatever other timeout is still pending (an outer
+    ``timeout(1)`` expired inside an inner ``timeout(5)`` leaves 0.0, not 4.0), and a cleanup
+    that asks must not start a call it cannot finish.
+
     >>> await conn.execute(query, timeout=aiowheel.time_left())
     """
+    loop = asyncio._get_running_loop()
+    task = None if loop is None else asyncio.current_task(loop)
+    if task is not None and task.cancelling():
+        return 0.0
     deadline = current_deadline()
     if deadline is None:
         return None

@@ -5,6 +5,7 @@ it; on every installed base, loop mode and aiowheel's own API alike."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import sys
@@ -338,6 +339,38 @@ def test_current_deadline_on_asyncios_own_loop_and_outside_a_task() -> None:
             return whole(aiowheel.time_left() or -1)
 
     assert asyncio.run(left_only()) == 30
+
+
+def test_after_a_timeout_expired_inside_its_block_no_time_is_left(base: Base) -> None:
+    """#35's unclear case, decided: an outer timeout(1) expired inside an inner timeout(5):
+    current_deadline() names the inner one, still pending; time_left() is 0.0, not 4.0 (the
+    task is being cancelled). A single expired timeout: no deadline pending, 0.0 left. After
+    the block, the budget is the enclosing one again."""
+
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        seen: list[object] = []
+        start = loop.time()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1):
+                async with asyncio.timeout(5):
+                    try:
+                        await asyncio.sleep(10)
+                    finally:
+                        seen.append(round(aiowheel.current_deadline() - start, 6))  # type: ignore[operator]
+                        seen.append(aiowheel.time_left())
+        with contextlib.suppress(TimeoutError):
+            async with aiowheel.timeout(1):
+                try:
+                    await asyncio.sleep(10)
+                finally:
+                    seen.append(aiowheel.current_deadline())
+                    seen.append(aiowheel.time_left())
+        async with asyncio.timeout(30):
+            seen.append(whole(aiowheel.time_left() or -1))  # the task is not cancelling now
+        return seen
+
+    assert testing.run(main(), base=base) == [5.0, 0.0, None, 0.0, 30]
 
 
 # -- against a model ---------------------------------------------------------------------------
