@@ -434,17 +434,8 @@ class _BaseHeap:
         self, when: object, callback: object, *args: object, context: object = None
     ) -> Any:
         """call_at with an odd argument: two refusals of ours, then the base's own answer."""
-        if isinstance(when, float):
-            if when != when:
-                raise ValueError("call_at() deadline must not be NaN")
-        elif when is not None:
-            if not isinstance(when, numbers.Real | Decimal):
-                raise TypeError(
-                    f"call_at() deadline must be a real number, got {type(when).__name__}"
-                )
-            # numpy scalars, Fraction, Decimal, huge ints: the wheel's, as a float no earlier
-            # than the deadline (on the base's heap a virtual clock would never reach it).
-            deadline = _no_earlier_float(when, "call_at() deadline")
+        deadline = _odd_number(when, "call_at() deadline")
+        if deadline is not None:
             return self._loop.call_at(deadline, callback, *args, context=context)
         return self._base_call_at(self._loop, when, callback, *args, context=context)
 
@@ -453,23 +444,34 @@ class _BaseHeap:
     ) -> Any:
         """call_later with an odd argument: two refusals of ours (as for call_at), then the
         base's own answer."""
-        if isinstance(delay, float):
-            if delay != delay:
-                raise ValueError("call_later() delay must not be NaN")
-        elif delay is not None:
-            if not isinstance(delay, numbers.Real | Decimal):
-                # The base would fail on its own arithmetic ("unsupported operand type(s) for
-                # +: 'float' and 'str'"): the same TypeError, saying which argument is wrong.
-                raise TypeError(
-                    f"call_later() delay must be a real number, got {type(delay).__name__}"
-                )
-            seconds = _no_earlier_float(delay, "call_later() delay")
+        seconds = _odd_number(delay, "call_later() delay")
+        if seconds is not None:
             return self._loop.call_later(seconds, callback, *args, context=context)
         if self.reenters_at:
             if delay is None:  # asyncio's own message, without its trip through self.call_at
                 raise TypeError("delay must not be None")
+            assert isinstance(delay, float)  # None and every other number are handled above
             return self._asyncio_call_later(delay, callback, *args, context=context)
         return self._base_call_later(self._loop, delay, callback, *args, context=context)
+
+
+def _odd_number(value: object, what: str) -> float | None:
+    """The slow path's reading of a deadline or delay the router did not take (``what`` names
+    it: ``"call_at() deadline"``): ValueError for NaN; TypeError for what is not a real number
+    (the base would file such a deadline and fail later, or fail on its own arithmetic:
+    "unsupported operand type(s) for +: 'float' and 'str'"); for a real number that is not a
+    float (numpy scalars, Fraction, Decimal, huge ints), the float the wheel files (on the
+    base's real-time heap a virtual clock would never reach it); None for a float or None,
+    which go to the base as they are (the router found the float's callback or engine odd)."""
+    if isinstance(value, float):
+        if value != value:
+            raise ValueError(f"{what} must not be NaN")
+        return None
+    if value is None:
+        return None
+    if not isinstance(value, numbers.Real | Decimal):
+        raise TypeError(f"{what} must be a real number, got {type(value).__name__}")
+    return _no_earlier_float(value, what)
 
 
 def _no_earlier_float(value: Any, what: str) -> float:
