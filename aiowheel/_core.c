@@ -83,14 +83,29 @@ typedef struct link {
 
 typedef struct CoreObject CoreObject;
 
+/* A handle is an asyncio.TimerHandle (isinstance, issue 37), so its layout begins with that
+ * class's __slots__, in CPython's order (sorted): Handle's _args, _callback, _cancelled,
+ * _context, _loop, _repr, _source_traceback (before 3.12 then __weakref__, later kept before
+ * the object), TimerHandle's _scheduled, _when. The callback, its arguments and its context
+ * live in asyncio's own three slots; the others stay NULL, and the getsets below answer for
+ * them from the native fields (a float deadline, not a float object). Module init checks the
+ * size and the three offsets against the running asyncio. */
+#if PY_VERSION_HEX < 0x030C0000
+#define ASYNCIO_OTHER_SLOTS 6
+#else
+#define ASYNCIO_OTHER_SLOTS 5
+#endif
+
 typedef struct {
     PyObject_HEAD
+    PyObject *args;     /* _args: a tuple; NULL once cancelled */
+    PyObject *callback; /* _callback: NULL once cancelled */
+    PyObject *unused_cancelled;
+    PyObject *context; /* _context: NULL if scheduled from an empty context (fresh per run) */
+    PyObject *unused[ASYNCIO_OTHER_SLOTS];
     link_t link;
     int64_t tick;
     double when;
-    PyObject *callback; /* NULL once cancelled */
-    PyObject *args;     /* a tuple; NULL once cancelled */
-    PyObject *context;
     CoreObject *core; /* borrowed; valid while pending (a Core drains its handles before it goes) */
 } HandleObject;
 
@@ -141,7 +156,7 @@ struct CoreObject {
     PyObject *slow_call_later;
 };
 
-static PyTypeObject HandleType;
+static PyTypeObject *HandleType; /* a subclass of asyncio.TimerHandle, made at init */
 static PyTypeObject CoreType;
 
 /* Set once by setup(): aiowheel._handles' helpers. */
@@ -599,13 +614,16 @@ handle_new(void)
         h = freelist;
         freelist = (HandleObject *)h->link.next;
         freelist_len--;
-        PyObject_Init((PyObject *)h, &HandleType);
+        PyObject_Init((PyObject *)h, HandleType);
     }
     else {
-        h = PyObject_New(HandleObject, &HandleType);
+        /* Not tracked, ever: see the top. The asyncio slots (and, before 3.12, the weak
+         * reference list among them) start NULL and stay NULL. */
+        h = PyObject_GC_New(HandleObject, HandleType);
         if (h == NULL) {
             return NULL;
         }
+        memset(&h->args, 0, offsetof(HandleObject, link) - offsetof(HandleObject, args));
     }
     h->link.prev = h->link.next = NULL;
     h->core = NULL;
@@ -617,20 +635,39 @@ handle_new(void)
 static void
 handle_dealloc(HandleObject *h)
 {
+    PyObject_ClearWeakRefs((PyObject *)h); /* asyncio's handles take weak references */
 #ifdef Py_GIL_DISABLED
     Py_CLEAR(h->core);
 #endif
     Py_CLEAR(h->callback);
     Py_CLEAR(h->args);
     Py_CLEAR(h->context);
+#ifndef Py_GIL_DISABLED
+    /* The instance's reference to its heap type. On a free-threaded build it is left to the
+     * thread-local count PyObject_Init added it to: a Py_DECREF here would be an atomic write
+     * to the one type object from every thread (the contention issue 37 removed for the empty
+     * context); the type lives as long as the module, which holds it. */
+    Py_DECREF(HandleType);
+#endif
     if (freelist_len < FREELIST_MAX) {
         h->link.next = (link_t *)freelist;
         freelist = h;
         freelist_len++;
     }
     else {
-        PyObject_Free(h);
+        PyObject_GC_Del(h);
     }
+}
+
+/* Never called by the collector (handles are not tracked: the Core reports what a pending one
+ * holds); gc.get_referents reads it. */
+static int
+handle_traverse(HandleObject *h, visitproc visit, void *arg)
+{
+    Py_VISIT(h->callback);
+    Py_VISIT(h->args);
+    Py_VISIT(h->context);
+    return 0;
 }
 
 static PyObject *
@@ -642,44 +679,26 @@ callback_repr(PyObject *callback)
     return PyObject_CallOneArg(g_callback_repr, callback);
 }
 
+static PyObject *g_handle_repr = NULL; /* aiowheel._handles.handle_repr, imported on first use */
+
+/* asyncio's repr (<TimerHandle when=... callback() at file:line>, "cancelled" after cancel()),
+ * made by the same Python function as the pure build's; nothing on the hot path asks for it. */
 static PyObject *
 handle_repr(HandleObject *h)
 {
-    const char *state;
-    if (h->link.prev != NULL) {
-        state = "pending";
-    }
-    else if (h->tick == DISPATCHED) {
-        state = "dispatched";
-    }
-    else if (h->tick == RAN) {
-        state = "ran";
-    }
-    else if (h->tick == CANCELLED) {
-        state = "cancelled";
-    }
-    else {
-        state = "due";
-    }
-    PyObject *when = PyFloat_FromDouble(h->when);
-    if (when == NULL) {
-        return NULL;
-    }
-    PyObject *res;
-    if (h->callback != NULL) {
-        PyObject *name = callback_repr(h->callback);
-        if (name == NULL) {
-            Py_DECREF(when);
+    if (g_handle_repr == NULL) {
+        PyObject *module = PyImport_ImportModule("aiowheel._handles");
+        if (module == NULL) {
             return NULL;
         }
-        res = PyUnicode_FromFormat("<TimerHandle when=%R %U %s>", when, name, state);
-        Py_DECREF(name);
+        PyObject *func = PyObject_GetAttrString(module, "handle_repr");
+        Py_DECREF(module);
+        if (func == NULL) {
+            return NULL;
+        }
+        Py_XSETREF(g_handle_repr, func);
     }
-    else {
-        res = PyUnicode_FromFormat("<TimerHandle when=%R %s>", when, state);
-    }
-    Py_DECREF(when);
-    return res;
+    return PyObject_CallOneArg(g_handle_repr, (PyObject *)h);
 }
 
 static PyObject *
@@ -837,18 +856,18 @@ handle_run(HandleObject *h)
     Py_BEGIN_CRITICAL_SECTION(h->core); /* against a cancel() from another thread */
     if (h->tick == DISPATCHED) { /* else cancelled after it was dispatched */
         h->tick = RAN;
-        if (h->callback != NULL && h->args != NULL && h->context != NULL) {
+        if (h->callback != NULL && h->args != NULL) {
             callback = Py_NewRef(h->callback);
             args = Py_NewRef(h->args);
-            context = Py_NewRef(h->context);
+            context = Py_XNewRef(h->context); /* NULL: scheduled from an empty context */
         }
     }
     Py_END_CRITICAL_SECTION();
     if (callback == NULL) {
         return 0;
     }
-    if (context == g_empty_context) {
-        Py_SETREF(context, PyContext_New()); /* a fresh one per run: nothing leaks between runs */
+    if (context == NULL || context == g_empty_context) {
+        Py_XSETREF(context, PyContext_New()); /* a fresh one per run: nothing leaks between runs */
         if (context == NULL) {
             Py_DECREF(callback);
             Py_DECREF(args);
@@ -927,26 +946,84 @@ static PyMethodDef handle_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyMemberDef handle_members[] = {
-    {"_when", T_DOUBLE, offsetof(HandleObject, when), READONLY, NULL},
-    {"_callback", T_OBJECT, offsetof(HandleObject, callback), READONLY, NULL},
-    {"_args", T_OBJECT, offsetof(HandleObject, args), READONLY, NULL},
-    {"_context", T_OBJECT, offsetof(HandleObject, context), READONLY, NULL},
-    {NULL, 0, 0, 0, NULL},
+/* asyncio.TimerHandle's attributes, read from the native fields (its own slots stay NULL):
+ * its __eq__, __lt__ and __hash__ read _when, _callback, _args and _cancelled. _loop is not
+ * kept (a handle holds no loop); reading it raises AttributeError. */
+static PyObject *
+handle_get_when(HandleObject *h, void *Py_UNUSED(closure))
+{
+    return PyFloat_FromDouble(h->when);
+}
+
+static PyObject *
+handle_get_callback(HandleObject *h, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(h->callback != NULL ? h->callback : Py_None);
+}
+
+static PyObject *
+handle_get_args(HandleObject *h, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(h->args != NULL ? h->args : Py_None);
+}
+
+static PyObject *
+handle_get_cancelled(HandleObject *h, void *Py_UNUSED(closure))
+{
+    return handle_cancelled(h, NULL);
+}
+
+static PyObject *
+handle_get_scheduled(HandleObject *h, void *Py_UNUSED(closure))
+{
+    return handle_pending(h, NULL);
+}
+
+static PyObject *
+handle_get_none(HandleObject *Py_UNUSED(h), void *Py_UNUSED(closure))
+{
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+handle_get_context_attr(HandleObject *h, void *Py_UNUSED(closure))
+{
+    return handle_get_context(h, NULL);
+}
+
+static PyGetSetDef handle_getset[] = {
+    {"_when", (getter)handle_get_when, NULL, NULL, NULL},
+    {"_callback", (getter)handle_get_callback, NULL, NULL, NULL},
+    {"_args", (getter)handle_get_args, NULL, NULL, NULL},
+    {"_context", (getter)handle_get_context_attr, NULL, NULL, NULL},
+    {"_cancelled", (getter)handle_get_cancelled, NULL, NULL, NULL},
+    {"_scheduled", (getter)handle_get_scheduled, NULL, NULL, NULL},
+    {"_source_traceback", (getter)handle_get_none, NULL, NULL, NULL},
+    {"_repr", (getter)handle_get_none, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject HandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aiowheel.TimerHandle",
-    .tp_basicsize = sizeof(HandleObject),
-    .tp_dealloc = (destructor)handle_dealloc,
-    .tp_repr = (reprfunc)handle_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-    .tp_doc = "A callback scheduled with :meth:`Timer.call_at` or :meth:`Timer.call_later` (or a "
-              "loop-mode loop's ``call_at`` / ``call_later``).\n\n"
-              "Like :class:`asyncio.TimerHandle`, but :meth:`cancel` is O(1), frees the timer at "
-              "once and\ntells whether it did anything.",
-    .tp_methods = handle_methods,
-    .tp_members = handle_members,
+static PyType_Slot handle_slots[] = {
+    {Py_tp_dealloc, handle_dealloc},
+    {Py_tp_traverse, handle_traverse},
+    {Py_tp_repr, handle_repr},
+    {Py_tp_methods, handle_methods},
+    {Py_tp_getset, handle_getset},
+    {Py_tp_doc,
+     "A callback scheduled with :meth:`Timer.call_at` or :meth:`Timer.call_later` (or a "
+     "loop-mode loop's ``call_at`` / ``call_later``).\n\n"
+     "An :class:`asyncio.TimerHandle`, but :meth:`cancel` is O(1), frees the timer at once "
+     "and\ntells whether it did anything."},
+    {0, NULL},
+};
+
+/* A heap type: CPython refuses a static type whose base (asyncio.TimerHandle) is a heap type. */
+static PyType_Spec handle_spec = {
+    .name = "aiowheel.TimerHandle",
+    .basicsize = sizeof(HandleObject),
+    /* Not Py_TPFLAGS_IMMUTABLETYPE: 3.14 refuses it over asyncio's mutable class. */
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = handle_slots,
 };
 
 /* -- Core: filing --------------------------------------------------------------------------- */
@@ -1007,7 +1084,10 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
     h->when = when;
     h->tick = CANCELLED;
     if (context == NULL && current_context_is_empty()) {
-        context = Py_NewRef(g_empty_context);
+        /* No reference at all (NULL, not the shared empty context): on a free-threaded build
+         * one object's refcount written by every thread's timers is contended (loop mode's
+         * churn scaled 1.6x on 2 threads with it, issue 37). */
+        context = NULL;
     }
     else if (context == NULL) {
         context = PyContext_CopyCurrent();
@@ -1406,7 +1486,7 @@ core_run(CoreObject *c, PyObject *batch)
     Py_INCREF(batch);
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
         PyObject *item = PyList_GET_ITEM(batch, i);
-        if (Py_TYPE(item) != &HandleType) {
+        if (Py_TYPE(item) != HandleType) {
             PyErr_SetString(PyExc_TypeError, "run() takes a list of handles");
             Py_DECREF(batch);
             return NULL;
@@ -2090,11 +2170,49 @@ static struct PyModuleDef core_module = {
     .m_methods = module_methods,
 };
 
+/* Where asyncio.TimerHandle keeps the slot `name`, or -1. */
+static Py_ssize_t
+slot_offset(PyObject *type, const char *name)
+{
+    PyObject *descr = PyObject_GetAttrString(type, name);
+    Py_ssize_t offset = -1;
+    if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    Py_XDECREF(descr);
+    return offset;
+}
+
 PyMODINIT_FUNC
 PyInit__core(void)
 {
-    if (PyType_Ready(&HandleType) < 0 || PyType_Ready(&CoreType) < 0 ||
-        PyType_Ready(&DoneType) < 0) {
+    if (HandleType == NULL) {
+        PyObject *asyncio = PyImport_ImportModule("asyncio");
+        PyObject *base = asyncio == NULL ? NULL : PyObject_GetAttrString(asyncio, "TimerHandle");
+        Py_XDECREF(asyncio);
+        if (base == NULL) {
+            return NULL;
+        }
+        if (!PyType_Check(base) ||
+            ((PyTypeObject *)base)->tp_basicsize != offsetof(HandleObject, link) ||
+            slot_offset(base, "_args") != offsetof(HandleObject, args) ||
+            slot_offset(base, "_callback") != offsetof(HandleObject, callback) ||
+            slot_offset(base, "_context") != offsetof(HandleObject, context)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ImportError,
+                         "aiowheel._core: asyncio.TimerHandle's layout is not the one this core "
+                         "was written for (%zd bytes)",
+                         PyType_Check(base) ? ((PyTypeObject *)base)->tp_basicsize : -1);
+            Py_DECREF(base);
+            return NULL;
+        }
+        HandleType = (PyTypeObject *)PyType_FromSpecWithBases(&handle_spec, base);
+        Py_DECREF(base);
+        if (HandleType == NULL) {
+            return NULL;
+        }
+    }
+    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&DoneType) < 0) {
         return NULL;
     }
     g_str_context = PyUnicode_InternFromString("context");
@@ -2128,7 +2246,7 @@ PyInit__core(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddObjectRef(m, "TimerHandle", (PyObject *)&HandleType) < 0 ||
+    if (PyModule_AddObjectRef(m, "TimerHandle", (PyObject *)HandleType) < 0 ||
         PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0) {
         Py_DECREF(m);
         return NULL;

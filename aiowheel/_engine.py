@@ -98,7 +98,7 @@ from . import _awaiting, _build, _debug, _validate
 from ._build import mypyc_attr
 from ._entry import Owner, Sleeper, _Timed
 from ._errors import PendingLimitError, TimerClosedError
-from ._handles import EMPTY_CONTEXT, Handle, Scheduled, TimerHandle, callback_repr
+from ._handles import EMPTY_CONTEXT, Handle, Scheduled, TimerHandle, _Call, callback_repr
 from ._observe import LagHistogram, asyncio_timeout_task, classify, origin_key
 from ._timeout import Timeout
 from ._validate import Count, Seconds
@@ -655,14 +655,17 @@ class Engine(Owner):
         task = asyncio.current_task(loop) if loop is not None else None
         origins[entry] = (_debug.filed_at(), task)
 
-    def _classified(self, entry: Entry) -> tuple[_Timed, str, object, object, object]:
-        """A pending timer as :func:`classify` sees it: (entry, kind, what names it, task,
-        where it was filed from or None)."""
+    def _classified(self, entry: Entry) -> tuple[object, str, object, object, object]:
+        """A pending timer as :func:`classify` sees it: (what the user holds: the entry, or
+        a callback entry's handle; kind, what names it, task, where it was filed from or
+        None)."""
         assert isinstance(entry, _Timed)
         kind, what, who = entry._describe()
         kind, what, task = classify(kind, what, who)
         origins = self._origins
-        return entry, kind, what, task, None if origins is None else origins.get(entry)
+        noted = None if origins is None else origins.get(entry)
+        shown: object = entry._handle if isinstance(entry, _Call) else entry
+        return shown, kind, what, task, noted
 
     def _native_entries(self) -> list[Any]:
         """The core's pending handles (none without a core)."""
@@ -683,7 +686,8 @@ class Engine(Owner):
         out: list[tuple[object, float, str, object, object, object]] = []
         for pending in self._wheel.entries():
             entry, kind, what, task, noted = self._classified(pending)
-            out.append((entry, entry._when, kind, what, task, noted))
+            assert isinstance(pending, _Timed)
+            out.append((entry, pending._when, kind, what, task, noted))
         for handle in self._native_entries():
             kind, what, task, noted = self._classified_handle(handle)
             out.append((handle, handle._when, kind, what, task, noted))
@@ -710,8 +714,8 @@ class Engine(Owner):
         for entry in self._wheel.entries():
             if isinstance(entry, Timeout):
                 guarded = entry._task
-            elif isinstance(entry, TimerHandle):
-                guarded = asyncio_timeout_task(entry._callback)
+            elif isinstance(entry, _Call):
+                guarded = asyncio_timeout_task(entry._handle._callback)
             else:
                 continue
             if guarded is task:
@@ -776,8 +780,8 @@ class Engine(Owner):
         for entry in entries:
             assert isinstance(entry, _Timed)
             entry._abandon(exc)
-            if isinstance(entry, TimerHandle):
-                unfired.append(entry)
+            if isinstance(entry, _Call):
+                unfired.append(entry._handle)
         return unfired
 
     def _refuse_closing_a_loops_own(self) -> None:
@@ -1049,11 +1053,13 @@ class Engine(Owner):
             if not context:
                 context = EMPTY_CONTEXT
         handle = TimerHandle(when, callback, args, context, self)
+        call = handle._call  # the wheel's entry (aiowheel._handles: the handle is asyncio's)
+        assert call is not None
         # _insert, inlined: this is every call_at / call_later of a loop-mode loop.
         origins = self._origins
         if origins is not None:
-            self._note_origin(handle, origins)
-        if self._wheel.insert(handle, tick) < self._armed:
+            self._note_origin(call, origins)
+        if self._wheel.insert(call, tick) < self._armed:
             self._arm()
         return handle
 

@@ -1,40 +1,40 @@
 """The handles users hold: call_at's TimerHandle, and the entry behind schedule_at.
 
-Every timer is exactly one object: the handle *is* the wheel entry (it subclasses
-:class:`aiowheel._entry._Timed`, a wheel ``Entry`` with an exact deadline), so
-arming a timer allocates one object and cancelling it unlinks that object from its bucket.
-A handle holds the engine that filed it as an :class:`~aiowheel._entry.Owner` and asks it,
+A handle is an :class:`asyncio.TimerHandle` (issue 37: libraries check
+``isinstance(h, asyncio.Handle)``, and loop mode must not change the answer with the delay).
+The wheel's entry cannot be one: asyncio's class and the wheel's ``Entry`` both lay out slots
+of their own (CPython refuses such a pair of bases), and in the compiled build ``Entry`` is a
+mypyc native class, which a Python class such as asyncio's cannot join. So a callback timer
+here is two objects: the :class:`TimerHandle` the user holds (asyncio's slots: callback, args,
+context, deadline) and the :class:`_Call` entry the wheel links (its links, tick and owner),
+each pointing at the other. This is the pure-Python build's path (and the compiled build's for
+deadlines past the native core's grid); the compiled build's handles are the native core's
+(``aiowheel/_core.c``), one object that extends asyncio's layout in C.
+
+An entry holds the engine that filed it as an :class:`~aiowheel._entry.Owner` and asks it,
 never the wheel, to take it out (``_unfile``), to run it in the batch of due callbacks
 (``_queue``) or to start a task (``_create_task``).
-
-Plain classes with ``__slots__`` and full annotations, no dynamic attributes: the planned
-compiled build (mypyc) must be able to take this module unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import asyncio.events  # mypyc names TimerHandle's base by its module: it must be imported
 import contextvars
+from asyncio import format_helpers
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, Protocol
 
 from . import _awaiting
+from ._build import mypyc_attr
 from ._entry import Owner, _Timed
 
-__all__ = ["EMPTY_CONTEXT", "Handle", "Scheduled", "TimerHandle", "callback_repr"]
+__all__ = ["EMPTY_CONTEXT", "Handle", "Scheduled", "TimerHandle", "callback_repr", "handle_repr"]
 
 # A snapshot of an empty context, shared by every callback scheduled from a context with no
 # variables set (the common case): saves one Context object per pending timer. Each run gets a
 # fresh empty Context, so a callback that sets a variable cannot leak it into another.
 EMPTY_CONTEXT: Final = contextvars.Context()
-
-# A TimerHandle is pending while it is linked in the wheel. Once it is out, the wheel no longer
-# reads its `_tick`, and the handle records its fate there instead of in a slot of its own
-# (8 bytes on every pending timer): one of these three values.
-_DISPATCHED: Final = -1  # due; its run is queued with loop.call_soon
-_RAN: Final = -2
-_CANCELLED: Final = -3
-_FATES: Final = {_DISPATCHED: "dispatched", _RAN: "ran", _CANCELLED: "cancelled"}
 
 
 class Handle(Protocol):
@@ -59,19 +59,22 @@ class Handle(Protocol):
         ...
 
 
-class TimerHandle(_Timed):
-    """A callback scheduled with :meth:`Timer.call_at` or :meth:`Timer.call_later`.
+@mypyc_attr(native_class=False)
+class TimerHandle(asyncio.TimerHandle):
+    """A callback scheduled with :meth:`Timer.call_at` or :meth:`Timer.call_later` (or a
+    loop-mode loop's ``call_at`` / ``call_later``).
 
-    Like :class:`asyncio.TimerHandle`, but :meth:`cancel` is O(1), frees the timer at once and
+    An :class:`asyncio.TimerHandle`, but :meth:`cancel` is O(1), frees the timer at once and
     tells whether it did anything.
     """
 
-    __slots__ = ("_args", "_callback", "_context", "_owner")
+    # _call: the wheel's entry while the timer is pending or queued to run, then None (the
+    # two objects point at each other only while the wheel or the batch holds the entry, so
+    # nothing is left for the cycle collector). asyncio's _scheduled reads True until the
+    # callback runs or is cancelled.
+    __slots__ = ("_call",)
 
-    _callback: Callable[..., object] | None
-    _args: tuple[object, ...] | None
-    _context: contextvars.Context
-    _owner: Owner
+    _call: _Call | None
 
     def __init__(
         self,
@@ -81,15 +84,17 @@ class TimerHandle(_Timed):
         context: contextvars.Context,
         owner: Owner,
     ) -> None:
-        # Every slot is set here with no super().__init__() call (this runs once per
-        # call_later, where one Python-level call is ~10% of the cost), except _next and
-        # _tick, which the wheel sets on insert and nothing reads while _prev is None.
-        self._prev = None
+        # asyncio's __init__ is not called (it reads the loop's debug flag and keeps the loop):
+        # only the slots its methods read are set.
         self._when = when
         self._callback = callback
         self._args = args
         self._context = context
-        self._owner = owner
+        self._cancelled = False
+        self._scheduled = True
+        self._source_traceback = None
+        self._repr = None
+        self._call = _Call(when, self, owner)
 
     def when(self) -> float:
         """The deadline, in the loop's clock, exactly as scheduled."""
@@ -106,45 +111,39 @@ class TimerHandle(_Timed):
             return contextvars.Context()
         return context
 
-    def cancel(self) -> bool:
+    def cancel(self) -> bool:  # type: ignore[override]  # asyncio's returns None
         """Cancel the callback. True if this call cancelled it; False if it had already run
         or been cancelled. A pending handle leaves the wheel at once (O(1))."""
-        if self._prev is not None:
-            self._owner._unfile(self)
-        elif self._tick != _DISPATCHED:
+        call = self._call
+        if call is None:
             return False
+        if call._prev is not None:
+            call._owner._unfile(call)
         else:
-            self._owner._check_cancel_of_due()
-        self._tick = _CANCELLED
-        self._callback = None
-        self._args = None
+            call._owner._check_cancel_of_due()  # queued to run: the batch skips it
+        self._abandon(None)
         return True
 
     def cancelled(self) -> bool:
         """True if :meth:`cancel` cancelled this handle (or its timer closed before it ran)."""
-        return self._prev is None and self._tick == _CANCELLED
+        return self._cancelled
+
+    def pending(self) -> bool:
+        """True while the handle is in a wheel (neither cancelled nor handed over to run)."""
+        call = self._call
+        return call is not None and call._prev is not None
 
     def __repr__(self) -> str:
-        state = "pending" if self._prev is not None else _FATES.get(self._tick, "due")
-        callback = "" if self._callback is None else f" {callback_repr(self._callback)}"
-        return f"<TimerHandle when={self._when!r}{callback} {state}>"
-
-    def _fire(self, owner: Owner) -> None:
-        # Queued in the engine's batch, which runs in a loop callback, not inside the reaper
-        # task: the callback runs exactly as a loop.call_at callback does (no current task,
-        # the loop's exception handler, KeyboardInterrupt leaves the loop) and nothing it
-        # does can hurt the reaper. One loop callback per batch, not one per timer.
-        self._tick = _DISPATCHED
-        owner._queue(self)
+        return handle_repr(self)
 
     def _run(self) -> None:
         """Run the callback now, in its context, reporting an exception like the loop does."""
-        if self._tick != _DISPATCHED:
+        if self._call is None:
             return  # cancelled after it was dispatched
-        self._tick = _RAN
+        self._call = None
+        self._scheduled = False
         callback = self._callback
         args = self._args
-        assert callback is not None and args is not None
         context = self._context
         if context is EMPTY_CONTEXT:
             context = contextvars.Context()  # a fresh one per run: nothing leaks between runs
@@ -165,9 +164,52 @@ class TimerHandle(_Timed):
         return ("call", self._callback, self._args)
 
     def _abandon(self, exc: BaseException | None) -> None:
-        self._tick = _CANCELLED
-        self._callback = None
-        self._args = None
+        self._call = None
+        self._cancelled = True
+        self._scheduled = False
+        self._callback = None  # type: ignore[assignment]  # as asyncio's cancel() does
+        self._args = None  # type: ignore[assignment]
+
+
+class _Call(_Timed):
+    """The wheel entry behind a :class:`TimerHandle`: links, tick, deadline, owner.
+
+    Everything else is the handle's; the engine reaches it through ``_handle`` (what
+    ``pending_timers`` shows and what closing a timer hands back) or through the methods
+    below, which the engine calls on every entry.
+    """
+
+    __slots__ = ("_handle", "_owner")
+
+    _handle: TimerHandle
+    _owner: Owner
+
+    def __init__(self, when: float, handle: TimerHandle, owner: Owner) -> None:
+        # _next and _tick are set by the wheel on insert; nothing reads them while _prev is
+        # None (no super().__init__(): this runs once per call_later).
+        self._prev = None
+        self._when = when
+        self._handle = handle
+        self._owner = owner
+
+    def _fire(self, owner: Owner) -> None:
+        # Queued in the engine's batch, which runs in a loop callback, not inside the reaper
+        # task: the callback runs exactly as a loop.call_at callback does (no current task,
+        # the loop's exception handler, KeyboardInterrupt leaves the loop) and nothing it
+        # does can hurt the reaper. One loop callback per batch, not one per timer.
+        owner._queue(self)
+
+    def __repr__(self) -> str:
+        return handle_repr(self._handle)  # debug mode's slow-callback report names it
+
+    def _run(self) -> None:
+        self._handle._run()
+
+    def _describe(self) -> tuple[str, object, object]:
+        return self._handle._describe()
+
+    def _abandon(self, exc: BaseException | None) -> None:
+        self._handle._abandon(exc)
 
 
 class Scheduled(_Timed):
@@ -262,3 +304,16 @@ def callback_repr(callback: Callable[..., object]) -> str:
     """How a handle's repr and the loop's error report name its callback."""
     name = getattr(callback, "__qualname__", None) or getattr(callback, "__name__", None)
     return f"{name}()" if isinstance(name, str) else repr(callback)
+
+
+def handle_repr(handle: Any) -> str:
+    """asyncio's repr of a TimerHandle (``<TimerHandle when=5.0 cb() at f.py:3>``, with
+    ``cancelled`` after :meth:`~TimerHandle.cancel`), for both builds' handles."""
+    info = [type(handle).__name__]
+    if handle.cancelled():
+        info.append("cancelled")
+    info.append(f"when={handle.when()}")
+    callback = handle._callback
+    if callback is not None:
+        info.append(format_helpers._format_callback_source(callback, handle._args))
+    return "<{}>".format(" ".join(info))

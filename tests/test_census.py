@@ -384,7 +384,9 @@ def test_pending_timers_is_what_a_model_says_is_pending(seed: int) -> None:
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
-        model: dict[object, tuple[float, str]] = {}
+        # Keyed by id: handles are asyncio.TimerHandles, equal (and hashed) by deadline and
+        # callback as asyncio's are.
+        model: dict[int, tuple[Any, float, str]] = {}
         checks = 0
         for _ in range(300):
             op = rng.random()
@@ -392,29 +394,27 @@ def test_pending_timers_is_what_a_model_says_is_pending(seed: int) -> None:
             if op < 0.35:
                 delay = rng.choice([0.003, 0.5, 2.0, 30.0, 3600.0])
                 handle = loop.call_later(delay, cb)
-                model[handle] = (now + delay, "call")
+                model[id(handle)] = (handle, now + delay, "call")
             elif op < 0.55 and model:
-                victim = rng.choice(list(model))
+                key = rng.choice(list(model))
+                victim = model.pop(key)[0]
+                victim.cancel()
                 if isinstance(victim, asyncio.Task):
-                    victim.cancel()
                     await asyncio.sleep(0)
-                else:
-                    victim.cancel()  # type: ignore[attr-defined]
-                del model[victim]
             elif op < 0.7:
                 delay = rng.choice([0.5, 7.0, 100.0])
                 task = asyncio.ensure_future(asyncio.sleep(delay))
                 await asyncio.sleep(0)
-                model[task] = (now + delay, "sleep")
+                model[id(task)] = (task, now + delay, "sleep")
             else:
                 await testing.advance(rng.choice([0.0, 0.001, 0.4, 1.5, 40.0]))
                 now = loop.time()
-                model = {key: v for key, v in model.items() if v[0] > now}
+                model = {key: v for key, v in model.items() if v[1] > now}
             listed = sorted((round(t.when, 6), t.kind) for t in aiowheel.pending_timers())
-            assert listed == sorted((round(w, 6), k) for w, k in model.values()), checks
+            assert listed == sorted((round(w, 6), k) for _, w, k in model.values()), checks
             checks += 1
-        for key in model:
-            key.cancel()  # type: ignore[attr-defined]
+        for victim, _, _ in model.values():
+            victim.cancel()
         return checks
 
     assert testing.run(main(), autojump=False) == 300

@@ -42,7 +42,8 @@ async def test_call_at_keeps_the_exact_deadline() -> None:
         handle = timer.call_at(when, lambda: None)
         assert handle.when() == when
         assert not handle.cancelled()
-        assert "pending" in repr(handle)
+        assert handle.pending() and isinstance(handle, asyncio.TimerHandle)
+        assert repr(handle).startswith(f"<TimerHandle when={when} ")  # asyncio's repr
 
 
 async def test_past_deadline_fires_soon_but_never_synchronously() -> None:
