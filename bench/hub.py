@@ -280,6 +280,8 @@ class Client(asyncio.Protocol):
         self.transport: Any = None  # uvloop's transports are not asyncio.Transport's
         self.sent_at = 0.0
         self.closed_at: float | None = None
+        self.silent = False
+        self.keeper: asyncio.TimerHandle | None = None
         self.pings = 0
 
     def connection_made(self, transport: Any) -> None:
@@ -293,6 +295,8 @@ class Client(asyncio.Protocol):
 
     def send(self, payload: bytes = b"m") -> None:
         """A masked text frame (a zero mask key: the payload goes as is)."""
+        if self.closed_at is not None:
+            return
         self.sent_at = time.perf_counter()
         self.transport.write(b"\x81" + bytes((0x80 | len(payload),)) + b"\0\0\0\0" + payload)
 
@@ -327,12 +331,15 @@ class Client(asyncio.Protocol):
                 self.transport.write(b"\x8a" + bytes((0x80 | len(payload),)) + b"\0\0\0\0"
                                      + payload)  # fmt: skip
             elif opcode == 0x8:
+                self.swarm.reasons["close frame"] = self.swarm.reasons.get("close frame", 0) + 1
                 self.closed_at = time.perf_counter()
                 self.transport.close()
                 return
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.closed_at is None:
+            reason = f"lost: {exc!r}"
+            self.swarm.reasons[reason] = self.swarm.reasons.get(reason, 0) + 1
             self.closed_at = time.perf_counter()
         if not self.upgraded.done():
             self.upgraded.set_exception(ConnectionError("closed before the upgrade"))
@@ -345,8 +352,11 @@ class Swarm:
         self.source = source
         self.conns: list[Client] = []
         self.latencies: list[float] = []
+        self.reasons: dict[str, int] = {}  # why connections closed: the close frame, or not
         self.closed_loop = False  # chatty: send again at once on every echo
         self.recording = False
+        self.loop = asyncio.get_running_loop()
+        self.keepalive = 1.0
 
     def echoed(self, conn: Client) -> None:
         if self.recording:
@@ -354,8 +364,9 @@ class Swarm:
         if self.closed_loop:
             conn.send()
 
-    async def connect(self, port: int, count: int) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
+    async def connect(self, port: int, count: int, keepalive: float) -> dict[str, Any]:
+        loop = self.loop = asyncio.get_running_loop()
+        self.keepalive = keepalive
         for start in range(0, count, 250):  # in batches: the listen backlog is never the limit
             made = await asyncio.gather(*(
                 loop.create_connection(lambda: Client(self), "127.0.0.1", port,
@@ -363,12 +374,17 @@ class Swarm:
                 for _ in range(min(250, count - start))
             ))  # fmt: skip
             conns = [protocol for _, protocol in made]
-            await asyncio.gather(*(conn.upgraded for conn in conns))
+            async with asyncio.timeout(60):  # a server out of descriptors accepts none
+                await asyncio.gather(*(conn.upgraded for conn in conns))
             self.conns.extend(conns)
+            for conn in conns:
+                conn.keeper = loop.call_later(random.uniform(0, keepalive), self.keep, conn)
         return {"connected": len(self.conns)}
 
     def disconnect(self) -> dict[str, Any]:
         for conn in self.conns:
+            if conn.keeper is not None:
+                conn.keeper.cancel()
             if conn.transport is not None:
                 conn.transport.close()
         self.conns = []
@@ -377,22 +393,18 @@ class Swarm:
     def lost(self, conns: list[Client]) -> int:
         return sum(conn.closed_at is not None for conn in conns)
 
-    async def idle(self, seconds: float, keepalive: float) -> dict[str, Any]:
-        """Every connection sends a keep-alive every ``keepalive`` s, first ones jittered."""
-        loop = asyncio.get_running_loop()
-        handles: list[asyncio.TimerHandle] = []
+    def keep(self, conn: Client) -> None:
+        """A connection's keep-alive: a message every ``self.keepalive`` s, from its upgrade
+        to its close or its silence (the idle timeouts never fire until the mass expiry)."""
+        if conn.closed_at is None and not conn.silent:
+            conn.send(b"k")
+            conn.keeper = self.loop.call_later(self.keepalive, self.keep, conn)
 
-        def keep(conn: Client) -> None:
-            if conn.closed_at is None:
-                conn.send(b"k")
-                handles.append(loop.call_later(keepalive, keep, conn))
-
-        for conn in self.conns:
-            handles.append(loop.call_later(random.uniform(0, keepalive), keep, conn))
+    async def idle(self, seconds: float) -> dict[str, Any]:
+        """The keep-alives go on; nothing else is sent."""
         await asyncio.sleep(seconds)
-        for handle in handles:
-            handle.cancel()
-        return {"lost": self.lost(self.conns), "pings": sum(c.pings for c in self.conns)}
+        return {"lost": self.lost(self.conns), "pings": sum(c.pings for c in self.conns),
+                "reasons": self.reasons}  # fmt: skip
 
     async def chatty(self, seconds: float) -> dict[str, Any]:
         """A closed loop: each connection sends again as soon as its echo is back."""
@@ -421,6 +433,8 @@ class Swarm:
         blip = time.perf_counter()
         for conn in self.conns:
             conn.send()
+        for conn in silent:
+            conn.silent = True
         handles: list[asyncio.TimerHandle] = []
 
         def talk(conn: Client) -> None:
@@ -536,7 +550,7 @@ def start_server(contender: str, args: argparse.Namespace) -> tuple[subprocess.P
     server = subprocess.Popen(
         [sys.executable, "-m", "bench.hub", "--serve", contender, "--port", str(port),
          "--heartbeat", str(args.heartbeat), "--idle-timeout", str(args.idle_timeout),
-         "--fds", str(args.fds)],
+         "--fds", str(args.connections + 4096)],
         cwd=ROOT,
     )  # fmt: skip
     deadline = time.monotonic() + 30
@@ -567,11 +581,11 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
     try:
         time.sleep(0.2)
         rss_before = _rss_mib(server.pid)
-        clients.same(do="connect", port=port, count=per)
+        clients.same(do="connect", port=port, count=per, keepalive=args.keepalive)
         connected = per * len(clients.procs)
         # idle
         stats(port, reset=True)
-        idle = clients.same(do="idle", seconds=args.idle_seconds, keepalive=args.keepalive)
+        idle = clients.same(do="idle", seconds=args.idle_seconds)
         s_idle = stats(port, reset=True)
         # chatty
         chat = clients.same(do="chatty", seconds=args.chatty_seconds)
@@ -582,8 +596,8 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
                            wait=wait)  # fmt: skip
         s_exp = stats(port, reset=True)
     finally:
-        clients.same(do="disconnect")
         stop_server(server)
+        clients.same(do="disconnect")
     chat_s = max(c["seconds"] for c in chat)
     chat_lat = summary([x for c in chat for x in c["latencies_ms"]])
     live_lat = summary([x for c in exp for x in c["latencies_ms"]])
@@ -630,7 +644,7 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
                         f"{s_exp['early_expiries']} idle timeouts")  # fmt: skip
     if s_exp["loop"].startswith("Wheel") != loop_mode:
         problems.append(f"the server ran {s_exp['loop']}, not {contender}")
-    return {"figures": figures, "problems": problems,
+    return {"figures": figures, "problems": problems, "closed_why": idle[-1]["reasons"],
             "server": {"idle": s_idle, "chatty": s_chat, "expiry": s_exp}}  # fmt: skip
 
 
@@ -694,10 +708,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--contenders", help="comma-separated (default: every base installed, "
                         "stock and loop mode)")  # fmt: skip
     parser.add_argument("--heartbeat", type=float, default=2.0, help="s of silence per PING")
-    parser.add_argument("--idle-timeout", type=float, default=8.0)
-    parser.add_argument("--keepalive", type=float, default=5.0, help="idle: s between messages")
-    parser.add_argument("--idle-seconds", type=float, default=20.0)
-    parser.add_argument("--chatty-seconds", type=float, default=8.0)
+    parser.add_argument("--idle-timeout", type=float, default=10.0)
+    parser.add_argument("--keepalive", type=float, default=3.0, help="s between messages")
+    parser.add_argument("--idle-seconds", type=float, default=12.0)
+    parser.add_argument("--chatty-seconds", type=float, default=5.0)
     parser.add_argument("--silent-share", type=float, default=0.5)
     parser.add_argument("--live-interval", type=float, default=1.0,
                         help="mass expiry: s between a live connection's messages")  # fmt: skip
