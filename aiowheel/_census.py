@@ -225,8 +225,14 @@ def timer_census(
     >>> aiowheel.timer_census(top=3)
     [('timeout handle_request', 81234), ('sleep Peer.heartbeat', 1000), ('call _on_idle', 12)]
     """
-    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
-        raise TypeError(f"top must be a positive int or None, got {top!r}")
+    if top is not None:
+        # A bad type is a TypeError, a bad value a ValueError, named by the function (#37).
+        if isinstance(top, bool) or not isinstance(top, int):
+            raise TypeError(
+                f"timer_census() top must be a positive int or None, got {type(top).__name__}"
+            )
+        if top < 1:
+            raise ValueError(f"timer_census() top must be a positive int or None, got {top!r}")
     loop = _loop_of(loop)
     if loop.is_closed():
         return []
