@@ -112,8 +112,10 @@ TARGETS: tuple[Target, ...] = (
     Target("schedule + cancel, nothing pending, on loop mode ({loop}) within 2x of the floor "
            "(the same loop with one native clock read)", "schedule", "ops_per_s",
            "loop-mode/{loop}", 0.5, theirs="floor", loops=("asyncio",)),
-    Target("loop mode ({loop}): bytes per pending call_later <= 80", "memory",
-           "call_later_bytes", "loop-mode/{loop}", 80.0, sense="<=abs", param="per timer",
+    # 160: the handle is an asyncio.TimerHandle since issue 37 (its slots, 152 bytes on 3.11;
+    # asyncio's own pending call_later takes 216).
+    Target("loop mode ({loop}): bytes per pending call_later <= 160", "memory",
+           "call_later_bytes", "loop-mode/{loop}", 160.0, sense="<=abs", param="per timer",
            shows="{ours:.0f} bytes (the base loop's own: {theirs_})", theirs="loop/{loop}"),
     Target("timeout CM >= 3x asyncio.timeout on {loop}", "timeout", "ops_per_s",
            "aiowheel/{loop}", 3.0, theirs="loop/{loop}", param="empty body"),
