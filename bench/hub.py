@@ -66,6 +66,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -573,6 +574,47 @@ def stop_server(server: subprocess.Popen[bytes]) -> None:
     server.wait()
 
 
+# Frames that are timer work: the server's resets and firings, the loops' call_at / cancel, and
+# asyncio's heap (heapq is C: its time shows as the line of _run_once calling it).
+TIMER_FRAMES = ("touch (", "ping (", "expire (", "call_at (", "call_later (", "cancel (",
+                "_timer_handle_cancelled (", "heappush", "heappop", "heapify")  # fmt: skip
+
+
+def profile_start(pid: int, contender: str, args: argparse.Namespace) -> Any:
+    """Start ``py-spy record`` on the server for the chatty phase (None without --profile)."""
+    if not args.profile:
+        return None
+    args.profile.mkdir(parents=True, exist_ok=True)
+    out = args.profile / f"{contender.replace('/', '-')}.txt"
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise SystemExit("--profile needs py-spy on PATH (pip install py-spy)")
+    seconds = str(max(1, round(args.chatty_seconds)))
+    command = [spy, "record", "--pid", str(pid), "--duration", seconds, "--rate", "200",
+               "--format", "raw", "--nonblocking", "-o", str(out)]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out
+
+
+def profile_read(spy: Any) -> dict[str, Any] | None:
+    """The samples' share in timer frames, and the functions most samples end in."""
+    if spy is None:
+        return None
+    proc, out = spy
+    proc.wait(timeout=120)
+    total, timers, leaves = 0, 0, {}
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        n = int(count)
+        total += n
+        if any(frame in stack for frame in TIMER_FRAMES):
+            timers += n
+        leaf = stack.rsplit(";", 1)[-1]
+        leaves[leaf] = leaves.get(leaf, 0) + n
+    top = sorted(leaves.items(), key=lambda item: -item[1])[:12]
+    return {"samples": total, "timer_share": timers / total if total else 0.0,
+            "top": [(leaf, n / total) for leaf, n in top]}  # fmt: skip
+
+
 def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[str, Any]:
     """One contender through the three phases; its figures and its failed checks."""
     server, port = start_server(contender, args)
@@ -585,8 +627,10 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
         # idle
         idle = clients.same(do="idle", seconds=args.idle_seconds)
         s_idle = stats(port, reset=True)
-        # chatty
+        # chatty (profiled from outside by py-spy with --profile: it slows nothing it samples)
+        spy = profile_start(server.pid, contender, args)
         chat = clients.same(do="chatty", seconds=args.chatty_seconds)
+        profile = profile_read(spy)
         s_chat = stats(port, reset=True)
         # mass expiry
         wait = args.idle_timeout * 2 + 5
@@ -643,6 +687,7 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
     if s_exp["loop"].startswith("Wheel") != loop_mode:
         problems.append(f"the server ran {s_exp['loop']}, not {contender}")
     return {"figures": figures, "problems": problems, "closed_why": idle[-1]["reasons"],
+            "profile": profile,
             "server": {"connect": s_connect, "idle": s_idle, "chatty": s_chat,
                        "expiry": s_exp}}  # fmt: skip
 
@@ -715,6 +760,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--live-interval", type=float, default=1.0,
                         help="mass expiry: s between a live connection's messages")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--profile", type=Path, help="py-spy the chatty phase's server into "
+                        "this directory (timer frames' share of the samples)")  # fmt: skip
     parser.add_argument("--plot", type=Path, help="draw the figures here (matplotlib)")
     parser.add_argument("--fds", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--serve", help=argparse.SUPPRESS)
@@ -763,6 +810,12 @@ def main(argv: list[str]) -> int:
                       f"{f['live_p99_ms']:.1f} ms" + (f"; FAILED: {'; '.join(result['problems'])}"
                                                       if result["problems"] else ""),
                       flush=True)  # fmt: skip
+                if result["profile"]:
+                    spied = result["profile"]
+                    print(f"  py-spy, chatty: {spied['timer_share']:.1%} of {spied['samples']} "
+                          "samples in timer frames; most samples end in: " + "; ".join(
+                              f"{leaf} {share:.1%}" for leaf, share in spied["top"][:6]),
+                          flush=True)  # fmt: skip
                 failures += [f"{name} round {round_no + 1}: {p}" for p in result["problems"]]
     finally:
         clients.close()
@@ -770,8 +823,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         args.json.write_text(json.dumps({
             "python": sys.version.split()[0], "cpus": os.cpu_count(), "open_files": fds,
-            "args": {k: v for k, v in vars(args).items() if k not in ("json", "plot")}
-            | {"json": str(args.json), "plot": str(args.plot)},
+            "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "medians": {n: {m: spread(m, [f[m] for f in fs])[0] for m in fs[0]}
                         for n, fs in runs.items()},
             "runs": raw, "failures": failures,
