@@ -727,6 +727,21 @@ def table(runs: dict[str, list[dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+def markdown(document: dict[str, Any]) -> str:
+    """The performance page's table of a run's JSON: a row per figure, a column per
+    contender, each cell the median with worst and best (``--markdown JSON``)."""
+    runs = {name: [r["figures"] for r in rs] for name, rs in document["runs"].items()}
+    names = list(runs)
+    lines = ["| | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for phase, metric, label, digits in SHOWN:
+        cells = []
+        for name in names:
+            med, worst, best = spread(metric, [f[metric] for f in runs[name]])
+            cells.append(f"{med:,.{digits}f} ({worst:,.{digits}f} to {best:,.{digits}f})")
+        lines.append(f"| {phase}: {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def contenders(requested: str | None, quick: bool) -> list[str]:
     import aiowheel.loops
 
@@ -763,12 +778,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile", type=Path, help="py-spy the chatty phase's server into "
                         "this directory (timer frames' share of the samples)")  # fmt: skip
     parser.add_argument("--plot", type=Path, help="draw the figures here (matplotlib)")
+    parser.add_argument("--markdown", type=Path, help="only print a run's JSON as a table")
     parser.add_argument("--fds", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--source", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
     if args.serve:
         serve(args)
         return 0
