@@ -1,7 +1,8 @@
 """Request deadlines that stop the work: an ASGI middleware, and the budget passed on.
 
 ``DeadlineMiddleware(app, timeout=5)`` awaits the downstream app *in the request's own task*,
-inside ``aiowheel.timeout_at(...)``. That is the whole design, and the reason for this module:
+under a deadline that cancels that task as an ``aiowheel.timeout_at(...)`` would. That is the
+whole design, and the reason for this module:
 
 - The shape most apps use, ``@app.middleware("http")`` (Starlette's ``BaseHTTPMiddleware``)
   around ``asyncio.timeout``, runs the endpoint in another task. When the deadline cancels the
@@ -14,6 +15,37 @@ inside ``aiowheel.timeout_at(...)``. That is the whole design, and the reason fo
   middleware answers nothing of the request is left pending. The deadline is the task's, so
   :func:`aiowheel.time_left` / :func:`aiowheel.current_deadline` read it anywhere the endpoint
   awaits, on every loop, in loop mode or not.
+
+What a deadline costs a request that meets it (most of them) is the point of the rest. A
+timeout per request (``async with timer.timeout_at(...)``: an object, an enter and an exit, a
+wheel entry filed and unlinked) was 1.5 us of the 2.8 us the middleware added to a request in
+process (the performance page, request deadlines). Two facts make most of it unnecessary:
+
+- *A deadline can only act where the task waits.* Cancelling a task takes effect at its next
+  suspension, and a wheel timer fires from a loop callback, which cannot run while the task's
+  step does. A request that is answered within its first step (a fast endpoint under uvicorn:
+  ``receive`` and ``send`` do not suspend) can never be reached by its deadline, so it needs no
+  timer. The middleware notes the deadline (the request object, also what
+  :func:`aiowheel.time_left` reads) and files it only if the request is still running when the
+  loop next runs its ready callbacks: one ``loop.call_soon`` per loop iteration that started
+  requests, shared by all of them, files each that suspended. Filed one iteration late, at its
+  exact deadline: a deadline is never early, and it is late only if it is shorter than that
+  iteration (then it fires at once, as ``asyncio.timeout`` hands a deadline already passed to
+  ``call_soon``).
+- *Requests that arrive together expire together.* Those filed are grouped by the tick of
+  their deadline: one wheel entry per tick (filed at the earliest deadline of its requests),
+  a dict insert and delete per request. When it fires, every member whose deadline has passed
+  is cancelled; one that has not (a tick of the group's grid that straddles two of the wheel's)
+  is filed again for its own deadline. So no request is cancelled before its deadline, and none
+  later than its own wheel timer would have fired: at the first tick at or after its deadline.
+  The entry is cancelled when its last request ends, so nothing is left pending.
+
+Per request that meets its deadline, what is left is a clock read, the request object, a
+context variable (what :func:`budget` and :func:`set_deadline` find the request by) and the
+``send`` wrapper that tells a 504 from a cut-off: 1.7 us in process, measured beside the 2.8
+(the performance page). The cancellation, its ``uncancel`` accounting (an outside
+``task.cancel()`` is never swallowed) and the ``CancelledError``-to-``TimeoutError`` turn are
+``asyncio.timeout``'s, kept here.
 
 Past the deadline, if no response has started, the client gets ``status`` (504) with ``body``.
 If one has started, it cannot be replaced, and finishing it would pass a truncated body off as

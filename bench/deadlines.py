@@ -24,7 +24,8 @@ way round), and measures:
   504's lateness is read by the server's loop clock (``waited`` minus the deadline; the loop's
   own lag p99 beside it, from :func:`aiowheel.loop_lag`) and by the client (latency minus the
   deadline);
-- the middleware's own cost per request, in process (raw ASGI calls: no sockets, no client).
+- the middleware's own cost per request, in process (raw ASGI calls: no sockets, no client),
+  CPU time added to the FastAPI app's request and to a minimal ASGI app's (steadier).
 
 Figures are medians over the rounds, with min and max. ``--quick``: one round, small counts (a
 smoke test). Only 127.0.0.1 is contacted; every loop is bounded in count and time.
@@ -247,11 +248,22 @@ def inprocess_cost(loop: str, requests: int, rounds: int) -> dict[str, float]:
     """CPU microseconds per request of the app called in process (a raw ASGI call, no
     sockets, no client): no deadline and the middleware, ``requests`` each, alternating over
     ``rounds``; the median of each and of their difference. The middleware's own cost, free
-    of the network's noise."""
+    of the network's noise; and the same around a minimal ASGI app (``20 * requests`` each)."""
     import aiowheel
     import aiowheel.loops
+    from aiowheel.asgi import DeadlineMiddleware
 
     apps = {shape: build_app(shape, 30.0) for shape in ("none", "middleware")}
+
+    async def bare(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+
+    # The middleware around a minimal ASGI app: its own cost, steadier than FastAPI's ~50 us
+    # request beside it (whose allocations move the CPU time by several us from run to run).
+    apps["bare"] = bare
+    apps["bare middleware"] = DeadlineMiddleware(bare, timeout=30.0)
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
              "scheme": "http", "path": "/work", "raw_path": b"/work", "query_string": b"ms=0",
              "root_path": "", "headers": [(b"host", b"bench")], "client": ("127.0.0.1", 1),
@@ -266,10 +278,11 @@ def inprocess_cost(loop: str, requests: int, rounds: int) -> dict[str, float]:
     async def run(app: Any) -> float:
         # CPU time of this process, not wall time: on a shared machine the time another
         # process holds the core is not counted (wall times here moved by 2x between runs).
+        count = requests if app in (apps["none"], apps["middleware"]) else requests * 20
         started = time.process_time()
-        for _ in range(requests):
+        for _ in range(count):
             await app(dict(scope), receive, send)
-        return (time.process_time() - started) / requests * 1e6
+        return (time.process_time() - started) / count * 1e6
 
     async def measure() -> dict[str, list[float]]:
         times: dict[str, list[float]] = {shape: [] for shape in apps}
@@ -289,10 +302,13 @@ def inprocess_cost(loop: str, requests: int, rounds: int) -> dict[str, float]:
     finally:
         event_loop.close()
     added = [m - n for m, n in zip(times["middleware"], times["none"], strict=True)]
+    bare = [m - n for m, n in zip(times["bare middleware"], times["bare"], strict=True)]
     return {
         "none_us": statistics.median(times["none"]),
         "middleware_us": statistics.median(times["middleware"]),
         "added_us": statistics.median(added),
+        "bare_us": statistics.median(times["bare"]),
+        "bare_added_us": statistics.median(bare),
     }
 
 

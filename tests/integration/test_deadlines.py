@@ -389,6 +389,53 @@ async def test_the_budget_is_read_passed_on_and_fails_fast() -> None:
 
 
 @ON_VIRTUAL
+async def test_deadlines_are_filed_only_for_requests_that_wait_and_share_a_tick() -> None:
+    timer = aiowheel.get_timer()
+    answers: list[Expired] = []
+
+    def body(expired: Expired) -> bytes:
+        answers.append(expired)
+        return b"{}"
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] == "/late":
+            await asyncio.sleep(0.5)
+            set_deadline(0.25)  # already passed: answered at once, never filed
+        if scope["path"] != "/fast":
+            await asyncio.sleep(30)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    middleware = DeadlineMiddleware(app, timeout=1, overrides={"/short": 0.5}, body=body)
+    # Answered in its first step, a request's deadline never reaches the wheel.
+    before = timer.stats()
+    for _ in range(50):
+        assert (await raw_call(middleware, http_scope("/fast")))[0]["status"] == 200
+    after = timer.stats()
+    assert (after.pending, after.cancelled, after.fired) == (0, before.cancelled, before.fired)
+
+    # 40 waiting requests, arriving 0.25 ms apart (4 a tick), two deadlines: one entry a tick.
+    async def call(index: int) -> int:
+        await asyncio.sleep(index * 0.00025)
+        path = ("/slow", "/short")[index % 2]
+        return int((await raw_call(middleware, http_scope(path)))[0]["status"])
+
+    calls = asyncio.gather(*(call(index) for index in range(40)))
+    await asyncio.sleep(0.02)
+    entries = [t for t in aiowheel.pending_timers() if t.origin == "_Tick.expire_requests"]
+    assert 0 < len(entries) <= 2 * 10 + 2  # ticks, not requests
+    statuses = await calls
+    assert statuses == [504] * 40
+    for expired in answers:  # never early; at most the wheel's tick late
+        assert expired.deadline <= expired.now <= expired.deadline + timer.tick + 1e-9
+    assert sorted({round(e.deadline - e.started, 6) for e in answers}) == [0.5, 1.0]
+    assert (await raw_call(middleware, http_scope("/late")))[0]["status"] == 504
+    late = answers[-1]
+    assert (late.deadline - late.started, late.now - late.started) == pytest.approx((0.25, 0.5))
+    assert aiowheel.pending_timers() == []
+
+
+@ON_VIRTUAL
 async def test_an_endpoint_that_swallows_its_cancellation_still_gets_the_504() -> None:
     async def stubborn(scope: Any, receive: Any, send: Any) -> None:
         with contextlib.suppress(asyncio.CancelledError):  # and returns without answering
