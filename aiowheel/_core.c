@@ -757,19 +757,17 @@ again:
     }
     Py_END_CRITICAL_SECTION();
     if (result == NULL) {
-        if (claim == Py_None) {
+        if (claim != Py_None) { /* a Core made without an engine (tests) has none to ask */
+            PyObject *res = PyObject_CallNoArgs(claim);
             Py_DECREF(claim);
-            PyErr_SetString(PyExc_RuntimeError,
-                            "a timer must be cancelled from the thread running its event loop; "
-                            "from another thread use loop.call_soon_threadsafe(handle.cancel)");
-            return NULL;
+            if (res == NULL) {
+                return NULL;
+            }
+            Py_DECREF(res);
         }
-        PyObject *res = PyObject_CallNoArgs(claim);
-        Py_DECREF(claim);
-        if (res == NULL) {
-            return NULL;
+        else {
+            Py_DECREF(claim);
         }
-        Py_DECREF(res);
         claim = NULL;
         checked = 1;
         result = Py_False;
