@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import statistics
@@ -128,12 +129,36 @@ def build_app(shape: str, timeout: float) -> Any:
 # --- the client side ----------------------------------------------------------------------------
 
 
-async def bursts(urls: dict[str, str], requests: int, concurrency: int, count: int) -> Any:
+def server_cpu(pid: int) -> Callable[[], float]:
+    """A reader of process ``pid``'s CPU time in seconds: its main thread's time on a CPU,
+    in ns, from ``/proc/PID/schedstat`` (uvicorn serves from that thread); NaN where there
+    is no such file."""
+    path = Path(f"/proc/{pid}/schedstat")
+
+    def read() -> float:
+        try:
+            return int(path.read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return math.nan
+
+    return read
+
+
+async def bursts(
+    urls: dict[str, str],
+    requests: int,
+    concurrency: int,
+    count: int,
+    cpu: dict[str, Callable[[], float]],
+) -> Any:
     """Requests/s of each server in ``urls``, in ``count`` bursts of ``requests / count`` fast
     requests (``concurrency`` at a time) that alternate between the servers, so that what
-    else the machine does falls on each alike; each server's rate per burst, and how many
-    requests were not answered 200 (a fast request past its deadline: a stalled machine)."""
+    else the machine does falls on each alike; each server's rate per burst, its CPU time
+    per request in each burst (``cpu``: a reader of each server's CPU time; what the server
+    spends, not what the shared machine lets it have), and how many requests were not
+    answered 200 (a fast request past its deadline: a stalled machine)."""
     rates: dict[str, list[float]] = {name: [] for name in urls}
+    cpus: dict[str, list[float]] = {name: [] for name in urls}
     not_ok = dict.fromkeys(urls, 0.0)
     per_burst = max(1, requests // count)
     connector = aiohttp.TCPConnector(limit=concurrency * len(urls))
@@ -149,17 +174,20 @@ async def bursts(urls: dict[str, str], requests: int, concurrency: int, count: i
                         not_ok[name] += response.status != 200
 
             started = time.perf_counter()
+            cpu_before = cpu[name]()
             await asyncio.gather(*(worker() for _ in range(concurrency)))
+            cpus[name].append((cpu[name]() - cpu_before) / per_burst * 1e6)
             return per_burst / (time.perf_counter() - started)
 
         names = list(urls)
         for name in names:  # warm the connections up
             await burst(name)
+        cpus = {name: [] for name in urls}
         for index in range(count):
             shift = index % len(names)
             for name in names[shift:] + names[:shift]:
                 rates[name].append(await burst(name))
-    return rates, not_ok
+    return rates, cpus, not_ok
 
 
 async def storm(url: str, count: int, deadline: float) -> dict[str, float]:
@@ -225,16 +253,25 @@ def run_round(loop: str, args: argparse.Namespace) -> dict[str, dict[str, float]
             urls = {shape: url for shape, (_, url) in servers.items()}
             for url in urls.values():
                 await wait_ready(url, 60.0, "/inflight")
-            rates, not_ok = await bursts(urls, args.requests, args.concurrency, args.bursts)
+            cpu = {shape: server_cpu(server.pid) for shape, (server, _) in servers.items()}
+            rates, cpus, not_ok = await bursts(
+                urls, args.requests, args.concurrency, args.bursts, cpu
+            )
             figures: dict[str, dict[str, float]] = {}
             for shape in SHAPES:
                 figures[shape] = {
                     "requests_per_s": statistics.median(rates[shape]),
+                    "server_cpu_us": statistics.median(cpus[shape]),
                     "fast_not_200": not_ok[shape],
                 }
                 if shape != "none":
                     ratios = [a / b for a, b in zip(rates[shape], rates["none"], strict=True)]
                     figures[shape]["vs_none_pct"] = 100 * (statistics.median(ratios) - 1)
+                    # The server's CPU per request against no deadline's, burst by burst: the
+                    # throughput a CPU-bound server loses, steadier than the rates on a
+                    # shared machine.
+                    cpu_ratios = [a / b for a, b in zip(cpus[shape], cpus["none"], strict=True)]
+                    figures[shape]["cpu_vs_none_pct"] = 100 * (statistics.median(cpu_ratios) - 1)
                     figures[shape].update(await storm(urls[shape], args.storm, args.timeout))
             return figures
 
@@ -302,13 +339,13 @@ def inprocess_cost(loop: str, requests: int, rounds: int) -> dict[str, float]:
     finally:
         event_loop.close()
     added = [m - n for m, n in zip(times["middleware"], times["none"], strict=True)]
-    bare = [m - n for m, n in zip(times["bare middleware"], times["bare"], strict=True)]
+    bare_added = [m - n for m, n in zip(times["bare middleware"], times["bare"], strict=True)]
     return {
         "none_us": statistics.median(times["none"]),
         "middleware_us": statistics.median(times["middleware"]),
         "added_us": statistics.median(added),
         "bare_us": statistics.median(times["bare"]),
-        "bare_added_us": statistics.median(bare),
+        "bare_added_us": statistics.median(bare_added),
     }
 
 
