@@ -29,6 +29,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import warnings
 from typing import Final
 
 from ._loop import new_event_loop
@@ -39,14 +40,26 @@ __all__ = [
     "auto",
     "auto_base",
     "base_class",
+    "bracio",
     "installed",
     "rloop",
     "uvloop",
+    "veloxloop",
+    "zloop",
     "zuvloop",
 ]
 
-#: The base loops by name, each with the pip extra that installs it.
-BASES: Final = {"asyncio": None, "uvloop": "uvloop", "rloop": "rloop", "zuvloop": "zuvloop"}
+#: The base loops by name, each with the pip extra that installs it. The loops of 2026
+#: (veloxloop and bracio on Rust, zloop on Zig) come with the ``bench`` extra: each passed
+#: CPython's timer tests under loop mode as on its own (tests/conformance). rsloop is not
+#: here: its loop class does not derive from asyncio.AbstractEventLoop, which loop mode asks
+#: of a base.
+BASES: Final = {
+    "asyncio": None, "uvloop": "uvloop", "rloop": "rloop", "zuvloop": "zuvloop",
+    "veloxloop": "bench", "zloop": "bench", "bracio": "bench",
+}  # fmt: skip
+# Bases whose wheels are for newer Pythons only: the first one.
+_NEEDS: Final = {"zuvloop": "3.14", "zloop": "3.12"}
 
 # auto's order of preference (see the module docstring).
 _AUTO: Final = ("zuvloop", "uvloop")
@@ -92,19 +105,29 @@ def base_class(name: str) -> type[asyncio.AbstractEventLoop] | None:
     if found is not None:
         return found
     try:
-        module = importlib.import_module(name)
+        with warnings.catch_warnings():
+            # veloxloop 0.2 subclasses asyncio.AbstractEventLoopPolicy at import, deprecated
+            # from 3.14: its warning, not the program's (and an error under -W error).
+            warnings.filterwarnings("ignore", "'asyncio.AbstractEventLoopPolicy' is deprecated",
+                                    DeprecationWarning)  # fmt: skip
+            module = importlib.import_module(name)
     except ImportError as exc:
-        needs = " (on Python 3.14+)" if name == "zuvloop" else ""
+        needs = f" (on Python {_NEEDS[name]}+)" if name in _NEEDS else ""
         raise ImportError(
             f"aiowheel.loops.{name} needs {name}, which is not installed here: "
             f"pip install 'aiowheel[{BASES[name]}]'{needs}"
         ) from exc
     # The class the library's own factory makes (uvloop.Loop, rloop's RLoop, zuvloop's
-    # EventLoop): asked of a probe, since not every library exports it under one name.
-    probe = module.new_event_loop()
-    probe.close()
-    _classes[name] = type(probe)
-    return type(probe)
+    # EventLoop): asked of a probe, since not every library exports it under one name. bracio
+    # has no factory: its class is the one it exports.
+    if hasattr(module, "new_event_loop"):
+        probe = module.new_event_loop()
+        probe.close()
+        found = type(probe)
+    else:
+        found = module.BracioLoop
+    _classes[name] = found
+    return found
 
 
 def installed() -> dict[str, type[asyncio.AbstractEventLoop] | None]:
@@ -125,6 +148,14 @@ def installed() -> dict[str, type[asyncio.AbstractEventLoop] | None]:
     return found
 
 
+def _over(name: str) -> asyncio.AbstractEventLoop:
+    """A loop-mode loop over base ``name``, announced as made by the factory of that name."""
+    base = base_class(name)
+    loop = new_event_loop(base)
+    _announce(name, base)
+    return loop
+
+
 def asyncio_loop() -> asyncio.AbstractEventLoop:
     """A loop-mode loop over asyncio's default loop (``aiowheel.loops:asyncio_loop``)."""
     loop = new_event_loop(None)
@@ -134,26 +165,32 @@ def asyncio_loop() -> asyncio.AbstractEventLoop:
 
 def uvloop() -> asyncio.AbstractEventLoop:
     """A loop-mode loop over uvloop (``aiowheel.loops:uvloop``)."""
-    base = base_class("uvloop")
-    loop = new_event_loop(base)
-    _announce("uvloop", base)
-    return loop
+    return _over("uvloop")
 
 
 def rloop() -> asyncio.AbstractEventLoop:
     """A loop-mode loop over rloop (``aiowheel.loops:rloop``)."""
-    base = base_class("rloop")
-    loop = new_event_loop(base)
-    _announce("rloop", base)
-    return loop
+    return _over("rloop")
 
 
 def zuvloop() -> asyncio.AbstractEventLoop:
     """A loop-mode loop over zuvloop, Python 3.14+ (``aiowheel.loops:zuvloop``)."""
-    base = base_class("zuvloop")
-    loop = new_event_loop(base)
-    _announce("zuvloop", base)
-    return loop
+    return _over("zuvloop")
+
+
+def veloxloop() -> asyncio.AbstractEventLoop:
+    """A loop-mode loop over veloxloop (``aiowheel.loops:veloxloop``)."""
+    return _over("veloxloop")
+
+
+def zloop() -> asyncio.AbstractEventLoop:
+    """A loop-mode loop over zloop, Python 3.12+ (``aiowheel.loops:zloop``)."""
+    return _over("zloop")
+
+
+def bracio() -> asyncio.AbstractEventLoop:
+    """A loop-mode loop over bracio (``aiowheel.loops:bracio``)."""
+    return _over("bracio")
 
 
 def auto_base() -> type[asyncio.AbstractEventLoop] | None:

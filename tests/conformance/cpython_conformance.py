@@ -79,7 +79,9 @@ def _inject(cls: type[Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--loop", choices=["asyncio", "uvloop", "rloop", "zuvloop"], required=True)
+    import aiowheel.loops  # the bases it knows (aiowheel.loops.BASES)
+
+    parser.add_argument("--loop", choices=list(aiowheel.loops.BASES), required=True)
     parser.add_argument("--mode", choices=["base", "wheel", "virtual"], required=True)
     parser.add_argument("tests", nargs="+", help="test_tasks, or test_tasks.Class.test_name")
     args = parser.parse_args()
