@@ -18,7 +18,8 @@ from typing import Any
 from .registry import CONTENDERS, Results
 from .targets import fmt
 
-COLOURS = {"asyncio": "#1f77b4", "uvloop": "#d62728", "rloop": "#2ca02c", "zuvloop": "#9467bd"}
+COLOURS = {"asyncio": "#1f77b4", "uvloop": "#d62728", "rloop": "#2ca02c", "zuvloop": "#9467bd",
+           "veloxloop": "#ff7f0e", "zloop": "#8c564b", "bracio": "#e377c2", "rsloop": "#17becf"}
 STYLES = {"loop-mode": "-", "loop": "--", "aiowheel": ":"}
 LABELS = {"loop-mode": "loop mode on", "loop": "the loop's own:", "aiowheel": "aiowheel API on"}
 

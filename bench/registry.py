@@ -3,8 +3,9 @@
 A contender is ``kind/loop``: ``aiowheel`` is aiowheel's API on a Timer, ``loop`` the loop's own
 timers, ``loop-mode`` the same code as ``loop`` (``loop.call_later``, ``asyncio.timeout``,
 ``asyncio.sleep``) on the loop's loop-mode twin (``aiowheel.new_event_loop(base)``); ``floor``
-is plain Python with no timer at all. rloop and zuvloop (3.14+) run where they install: their
-own timers and as loop-mode bases (aiowheel's API on them would measure the same wheel again).
+is plain Python with no timer at all. rloop, zuvloop (3.14+) and the loops of 2026 (veloxloop,
+zloop, bracio) run where they install: their own timers and as loop-mode bases (aiowheel's API
+on them would measure the same wheel again); rsloop runs its own timers only (``PEER_ONLY``).
 
 Each workload is one :class:`Workload` entry of :data:`REGISTRY`: its name, the contenders it
 applies to, and how to turn the run's :class:`Sizes` into jobs, one per parameter value (a job
@@ -21,16 +22,19 @@ from typing import Any
 
 from . import workloads as w
 
-LOOPS = ("asyncio", "uvloop", "rloop", "zuvloop")
-PEERS = tuple(f"loop/{loop}" for loop in LOOPS)
+# The loop-mode bases (aiowheel.loops.BASES), then the loops that run as peers only: rsloop's
+# loop class is not an asyncio.AbstractEventLoop, which loop mode asks of a base.
+LOOPS = ("asyncio", "uvloop", "rloop", "zuvloop", "veloxloop", "zloop", "bracio")
+PEER_ONLY = ("rsloop",)
+PEERS = tuple(f"loop/{loop}" for loop in (*LOOPS, *PEER_ONLY))
 LOOP_MODE = tuple(f"loop-mode/{loop}" for loop in LOOPS)
+OTHERS = tuple(f"loop/{loop}" for loop in (*LOOPS[2:], *PEER_ONLY))  # beyond asyncio, uvloop
 CONTENDERS = (
     "aiowheel/asyncio", "loop/asyncio", "aiowheel/uvloop", "loop/uvloop", "floor",
-    "loop-mode/asyncio", "loop-mode/uvloop", "loop/rloop", "loop-mode/rloop",
-    "loop/zuvloop", "loop-mode/zuvloop",
+    *LOOP_MODE, *OTHERS,
 )  # fmt: skip
 API = ("aiowheel/asyncio", "loop/asyncio", "aiowheel/uvloop", "loop/uvloop")
-EVERY_LOOP = (*API, *LOOP_MODE, "loop/rloop", "loop/zuvloop")
+EVERY_LOOP = (*API, *LOOP_MODE, *OTHERS)
 
 Job = Callable[[str], dict[str, float]]
 
@@ -153,7 +157,7 @@ REGISTRY: tuple[Workload, ...] = (
              lambda s: {"call_later(30) + cancel, nothing pending": _schedule(s.churn_ops)},
              "loop.call_later(30, f).cancel() with nothing else pending (zuvloop's headline); "
              "floor: the same loop with one native clock read in place of the timer"),
-    Workload("churn", (*CONTENDERS[:5], *LOOP_MODE, "loop/rloop", "loop/zuvloop"),
+    Workload("churn", (*CONTENDERS[:5], *LOOP_MODE, *OTHERS),
              lambda s: {f"pending={p:,}": _churn(p, s.churn_ops) for p in s.churn_pending},
              "arm a timer 30 s out and cancel an older one, with N others pending"),
     Workload("near", (*PEERS, *LOOP_MODE),

@@ -25,6 +25,7 @@ from .registry import (
     CONTENDERS,
     LOOPS,
     MODES,
+    PEER_ONLY,
     WORKLOADS,
     Results,
     Sizes,
@@ -121,7 +122,7 @@ def main(argv: list[str]) -> int:
     if args.churn_pending:
         sizes = Sizes(sizes.repeats, args.churn_pending, *list(vars(sizes).values())[2:])
     contenders = list(args.contenders)
-    for loop in LOOPS:
+    for loop in (*LOOPS, *PEER_ONLY):
         if not _installed(loop):
             skipped = [c for c in contenders if c.endswith(f"/{loop}")]
             if skipped:
@@ -135,7 +136,7 @@ def main(argv: list[str]) -> int:
     results = Results()
     env = environment()
     build = "compiled" if env["compiled"] else "pure-Python"
-    loops = ", ".join(f"{loop} {env[loop]}" for loop in LOOPS[1:] if env[loop])
+    loops = ", ".join(f"{loop} {env[loop]}" for loop in (*LOOPS[1:], *PEER_ONLY) if env[loop])
     print(f"aiowheel {env['aiowheel']} ({build} build), {env['implementation']} "
           f"{env['python']} ({sys.executable}), {loops}", flush=True)  # fmt: skip
     print(f"aiowheel bench ({mode}): {sizes.repeats} repeats, contenders alternate in each",
@@ -268,7 +269,7 @@ def environment() -> dict[str, Any]:
         "compiled": aiowheel.COMPILED,
         "build": "compiled (mypyc)" if aiowheel.COMPILED else "pure-Python",
     }
-    for loop in LOOPS[1:]:
+    for loop in (*LOOPS[1:], *PEER_ONLY):
         try:
             env[loop] = importlib.metadata.version(loop)
         except importlib.metadata.PackageNotFoundError:

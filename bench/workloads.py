@@ -38,6 +38,11 @@ def run(contender: str, factory: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     """Run ``factory()`` to completion on a new loop for ``contender`` ("kind/loop")."""
     kind, _, loop_name = contender.partition("/")
     gc.collect()
+    if loop_name == "rsloop":  # a peer only: not a base aiowheel.loops knows
+        import rsloop
+
+        with asyncio.Runner(loop_factory=rsloop.new_event_loop) as runner:
+            return runner.run(factory())
     base = aiowheel.loops.base_class(loop_name)
     if kind == "loop-mode":
         return aiowheel.run(factory(), base=base)
