@@ -234,3 +234,36 @@ def test_the_threads_bench_runs_a_disturbed_round_again(monkeypatch: pytest.Monk
     results, tried = threads.measure(1, [1], sizes, only=["asyncio"], quiet=True)
     assert tried == 2
     assert [len(results[w]["asyncio"][1]) for w in ("churn", "timeouts")] == [1, 1]
+
+
+@pytest.mark.once
+def test_the_hub_bench_runs_its_three_phases_checked_on_stock_and_loop_mode(
+    tmp_path: Path,
+) -> None:
+    """``python -m bench.hub --quick``: 100 websockets, idle, chatty and a mass expiry, on
+    asyncio and on loop mode over it; every run checked (no timing asserted)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "hub.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.hub", "--quick", "--json", str(out)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.rstrip().endswith("OK")
+    document = json.loads(out.read_text())
+    assert set(document["medians"]) == {"asyncio", "loop-mode/asyncio"}
+    assert document["failures"] == []
+    for name, (run,) in document["runs"].items():
+        figures = run["figures"]
+        assert figures["beats"] > 0  # heartbeats fired in the idle phase
+        assert figures["chatty_msgs_per_s"] > 0 and figures["live_msgs"] > 0
+        if name.startswith("loop-mode/"):  # never early (the bench fails a run otherwise)
+            assert figures["early_beats"] == figures["early_expiries"] == 0
+        # Half of the 100 connections went silent and were all closed by their idle timeout.
+        assert run["server"]["expiry"]["expiries"]["n"] == 50
