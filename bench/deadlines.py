@@ -3,21 +3,24 @@
 ``python -m bench.deadlines [--requests 8000] [--bursts 10] [--concurrency 50]
 [--storm 400] [--timeout 0.5] [--rounds 5] [--quick] [--out DIR]`` serves one FastAPI app
 (:func:`build_app`, below) under uvicorn with uvloop, stock (``--loop uvloop``) and on loop
-mode (``--loop aiowheel.loops:uvloop``), in three shapes:
+mode (``--loop aiowheel.loops:uvloop``), in four shapes:
 
 - ``none``: no deadline at all (the throughput reference);
+- ``passthrough``: a pure ASGI middleware that does nothing (the floor under any middleware);
 - ``middleware``: :class:`aiowheel.asgi.DeadlineMiddleware`;
 - ``basehttp``: the shape most apps use, ``@app.middleware("http")`` around
   ``asyncio.timeout`` (Starlette's ``BaseHTTPMiddleware``: the endpoint runs in another task).
 
-Each round serves the three shapes side by side, stock then loop mode (the next round the other
+Each round serves the four shapes side by side, stock then loop mode (the next round the other
 way round), and measures:
 
 - throughput: ``--requests`` fast requests per server, ``--concurrency`` at a time, in
-  ``--bursts`` bursts that alternate between the three servers, so that what else the machine
+  ``--bursts`` bursts that alternate between the four servers, so that what else the machine
   does falls on each alike (a shared machine moved whole sequential runs by 2x); the median
   burst, and the median of each deadline shape's per-burst ratio to no deadline (goal: the
-  middleware within 3%);
+  middleware within 3%); and each server's CPU time per request in each burst (its main
+  thread's, ``/proc/PID/schedstat``) with the same ratio: what a CPU-bound server loses, which
+  the rates on a shared machine (client and servers on the same two cores) blur;
 - a storm of ``--storm`` concurrent requests whose endpoint sleeps 10 s, far past the
   ``--timeout`` deadline: every one must get its 504, none early, and the moment the last has,
   the server is asked how many endpoints are still running (goal: 0, the work stopped). The
@@ -52,12 +55,13 @@ import aiohttp
 from .server_load import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
-SHAPES = ("none", "middleware", "basehttp")
+SHAPES = ("none", "passthrough", "middleware", "basehttp")
+STORMED = ("middleware", "basehttp")  # the shapes with a deadline
 LOOPS = {"stock": "uvloop", "loop mode": "aiowheel.loops:uvloop"}
 OVERRUN_MS = 10_000
 
 
-# --- the server side: one app, three shapes --------------------------------------------------
+# --- the server side: one app, four shapes ---------------------------------------------------
 
 
 def make_app() -> Any:
@@ -123,7 +127,21 @@ def build_app(shape: str, timeout: float) -> Any:
                 early = when is not None and now < when
                 return JSONResponse({"waited": now - started, "early": early}, 504)
 
+    elif shape == "passthrough":
+        app.add_middleware(Passthrough)
+
     return app
+
+
+class Passthrough:
+    """A pure ASGI middleware that does nothing (awaits the app): the floor under any
+    middleware's cost, beside the deadline's."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
 
 
 # --- the client side ----------------------------------------------------------------------------
@@ -243,7 +261,7 @@ def stop(server: subprocess.Popen[bytes]) -> None:
 
 
 def run_round(loop: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    """The three shapes on ``loop``, served side by side: their throughput in alternating
+    """The four shapes on ``loop``, served side by side: their throughput in alternating
     bursts (the median burst of each, and of each deadline shape's ratio to no deadline),
     then a storm against each deadline shape."""
     servers = {shape: serve(shape, loop, args.timeout) for shape in SHAPES}
@@ -272,6 +290,7 @@ def run_round(loop: str, args: argparse.Namespace) -> dict[str, dict[str, float]
                     # shared machine.
                     cpu_ratios = [a / b for a, b in zip(cpus[shape], cpus["none"], strict=True)]
                     figures[shape]["cpu_vs_none_pct"] = 100 * (statistics.median(cpu_ratios) - 1)
+                if shape in STORMED:
                     figures[shape].update(await storm(urls[shape], args.storm, args.timeout))
             return figures
 
