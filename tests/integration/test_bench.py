@@ -96,7 +96,7 @@ def test_missing_uvloop_skips_its_contenders_out_loud(
     skipped = "uvloop is not installed here: skipping"
     skipped += " aiowheel/uvloop, loop/uvloop, loop-mode/uvloop"
     assert skipped in out
-    assert "rloop is not installed here: skipping loop/rloop, loop-mode/rloop" in out
+    assert "rloop is not installed here: skipping loop-mode/rloop, loop/rloop" in out
     document = json.loads((tmp_path / "bench.json").read_text())
     assert set(document["raw"]["timeout"]["empty body"]) == {
         "aiowheel/asyncio",
