@@ -538,7 +538,13 @@ def test_loops_made_run_and_closed_while_other_threads_misuse_them_lose_no_wake_
                 continue
             try:
                 if index % 2 == 0 or not handles:
-                    handles.append(loop.call_later(0.001 * (calls[0] % 40), _no_op))  # near, far
+                    handle = loop.call_later(0.001 * (calls[0] % 40), _no_op)  # near, far
+                    # Only the wheel's handles are cancelled from here: a near timer filed
+                    # while the loop was not running is the base's own handle, and uvloop's
+                    # cancel() from another thread crashes in libuv (uv_timer_stop), as it
+                    # does without aiowheel (the guarantees page, Threads).
+                    if isinstance(handle, aiowheel.TimerHandle):
+                        handles.append(handle)
                     del handles[:-50]
                 else:
                     handles[-1].cancel()
