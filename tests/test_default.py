@@ -72,4 +72,7 @@ def test_a_finished_loop_and_its_default_timer_are_not_kept_alive() -> None:
     asyncio.run(main())  # the default timer cache now points at the second loop's timer
     gc.collect()
     assert loops[0]() is None  # the first loop is gone
-    assert timer_ids[0] not in live_timers()  # and its timer
+    # and its timer. (If the second timer has the first one's address, the first was freed
+    # before the second was made: two live objects never share one. The default timer cache
+    # keeps the second alive: with its address reused, this check failed a full run on 3.13.)
+    assert timer_ids[0] == timer_ids[1] or timer_ids[0] not in live_timers()

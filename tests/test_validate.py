@@ -19,15 +19,6 @@ import aiowheel
 from aiowheel import Timer
 from tests.support import FREE_THREADED
 
-
-def native_handle_types() -> tuple[type, ...]:
-    """The native core's handle type, where the native core runs (else none)."""
-    from aiowheel import _engine
-
-    core = _engine.native
-    return () if core is None else (core.TimerHandle,)
-
-
 pytestmark = pytest.mark.anyio
 
 
@@ -193,17 +184,15 @@ async def test_cancel_from_another_thread_is_refused_in_debug_mode_and_free_thre
             )
             thread.start()
             thread.join()
-            # Without the GIL the wheel of the pure-Python build checks every cancel (it would
-            # race the loop's thread through the wheel); the native core's handles are
-            # cancelled under the core's lock instead (tests/test_threads.py has the stress).
-            locked = isinstance(handle, native_handle_types())
-            if debug or (FREE_THREADED and not locked):  # refused, and nothing changed
+            # Without the GIL every cancel from another thread is checked, in both builds (the
+            # wheel would race the loop's thread; the native core asks the engine, #35 E):
+            # tests/test_threads.py has the stress.
+            if debug or FREE_THREADED:  # refused, and nothing changed
                 assert isinstance(errors[0], RuntimeError)
                 assert "loop.call_soon_threadsafe(handle.cancel)" in str(errors[0])
                 assert len(timer) == 1 and not handle.cancelled()
                 assert handle.cancel() is True  # from the loop's thread it works
             else:  # like asyncio's handles: not checked (not thread-safe either: documented)
-                # (or, free-threaded, cancelled under the native core's lock)
                 assert errors == [] and results == [True]
             assert len(timer) == 0
     finally:
