@@ -1668,6 +1668,7 @@ core_close(CoreObject *c, PyObject *Py_UNUSED(ignored))
     PyObject *list = core_drain(c, NULL);
     c->fast = 0;
     Py_CLEAR(c->arm);
+    Py_CLEAR(c->claim); /* a closed engine's claim allows every cancel: no engine to ask */
     c->armed = INT64_MAX;
     return list;
 }
