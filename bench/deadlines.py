@@ -41,7 +41,6 @@ import asyncio
 import json
 import math
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -52,7 +51,7 @@ from typing import Any
 
 import aiohttp
 
-from .server_load import free_port, wait_ready
+from .server_load import free_port, stop, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = ("none", "passthrough", "middleware", "basehttp")
@@ -249,15 +248,6 @@ def serve(shape: str, loop: str, timeout: float) -> tuple[subprocess.Popen[bytes
     ]  # fmt: skip
     env = {**os.environ, "DEADLINE_SHAPE": shape, "DEADLINE_TIMEOUT": str(timeout)}
     return subprocess.Popen(command, cwd=ROOT, env=env), f"http://127.0.0.1:{port}"
-
-
-def stop(server: subprocess.Popen[bytes]) -> None:
-    server.send_signal(signal.SIGTERM)
-    try:
-        server.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
 
 
 def run_round(loop: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:

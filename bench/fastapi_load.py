@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from typing import Any
 
 import aiohttp
 
-from .server_load import free_port, wait_ready
+from .server_load import free_port, stop, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE = 0.5
@@ -132,12 +131,7 @@ def run_one(contender: str, args: argparse.Namespace, seed: int) -> dict[str, An
         figures["rss_mib"] = _rss_mib(server.pid)
         return figures
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop(server)
 
 
 def plot(medians: dict[str, dict[str, float]], title: str, path: Path) -> bool:

@@ -37,6 +37,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+
+def stop(server: subprocess.Popen[bytes]) -> None:
+    """End a server process: SIGTERM, then SIGKILL if it has not exited within 60 s."""
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
 async def wait_ready(url: str, seconds: float = 30.0, path: str = "/fast") -> None:
     """Poll ``url + path`` until it answers 200 (RuntimeError after ``seconds``)."""
     deadline = time.monotonic() + seconds
