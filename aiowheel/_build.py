@@ -45,6 +45,7 @@ COMPILED_MODULES = (
     "_timer",
     "_timeout",
     "_periodic",
+    "_purgatory",
 )
 
 

@@ -41,10 +41,17 @@ The shape here, and where it leaves Kafka's:
   future's exception.
 - **Awaiting is the main form.** ``await purgatory.wait(keys, check, timeout)`` returns the
   first value ``check()`` gives that is not None. The operation *is* the future the task
-  awaits (a subclass of :class:`asyncio.Future` with the bookkeeping in slots, and the callable
-  the timer calls): per wait there is one object, its timer handle and one entry per key,
-  no coroutine frame, no extra future, no closure. Cancelling the task cancels that future,
-  which takes the operation out of its keys and the wheel before it returns.
+  awaits, and the callable the timer calls: per wait there is one object, its timer handle and
+  one entry per key, no coroutine frame, no extra future, no closure. It is not a subclass of
+  :class:`asyncio.Future` but speaks its protocol (``_asyncio_future_blocking``, done
+  callbacks, ``result`` / ``exception`` / ``cancel`` / ``get_loop``), as asyncio lets any
+  future-like object do: tasks, ``gather``, ``wait_for`` and ``shield`` take it as a future,
+  and :func:`asyncio.isfuture` holds. It is its own iterator, so awaiting it allocates no
+  ``FutureIter`` either. Why: more than half of a wait's cost is the cyclic collector's passes
+  over the objects each waiting task keeps alive (``python -m bench.purgatory
+  --collector-off``); one object fewer per wait, and native slots instead of a C future plus a
+  Python subclass's, is what took the bench past 5x the stock way. Cancelling the task cancels
+  that future, which takes the operation out of its keys and the wheel before it returns.
 - **The callback form** (:class:`DelayedOperation`, for code that does not await):
   ``try_complete`` / ``on_complete`` / ``on_expiration`` as Kafka's, plus ``on_cancel`` and a
   fourth outcome, *failed*, for a ``try_complete`` that raises (Kafka lets that exception
@@ -60,8 +67,11 @@ other key. The stock way (``asyncio.Condition`` per key and ``wait_for``) wakes 
 waiting on the key to re-check, each through the condition's lock, and keeps a heap timer per
 waiter.
 
-Plain Python in both builds: the hot work per operation is a handful of dict operations and a
-future, already C; the wheel under it is compiled where the build is.
+Compiled in the compiled build (mypyc), like the wheel under it: the purgatory, the wait and
+:class:`DelayedOperation` are native classes (``DelayedOperation`` allows interpreted
+subclasses, which is how users write theirs). Parameters that take user input are typed
+``T | Unchecked`` so that the module's own checks, not mypyc's, name a bad argument, and both
+builds answer alike. The pure-Python module is the same source and behaves the same.
 """
 
 from __future__ import annotations
@@ -70,20 +80,17 @@ import asyncio
 import contextvars
 import math
 import threading
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Generator, Hashable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar, final
 
 from . import _validate
+from ._build import mypyc_attr
 from ._default import get_timer
 from ._handles import Handle
+from ._observe import classify
 from ._timer import Timer
-from ._validate import Seconds
-
-if TYPE_CHECKING:
-    from ._observe import classify
-else:
-    from ._observe import classify
+from ._validate import Seconds, Unchecked
 
 __all__ = ["DelayedOperation", "Purgatory", "PurgatoryStats"]
 
@@ -170,17 +177,17 @@ class Purgatory:
         "_live",
         "_loop",
         "_peak",
-        "_thread",
+        "_tid",
         "_timer",
         "_watchers",
     )
 
-    def __init__(self, timer: Timer | None = None) -> None:
+    def __init__(self, timer: Timer | Unchecked | None = None) -> None:
         if timer is not None and not isinstance(timer, Timer):
             raise TypeError(f"timer must be an aiowheel.Timer or None, got {type(timer).__name__}")
-        self._timer = timer
+        self._timer: Timer | None = timer
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = 0
+        self._tid = 0
         self._watchers: dict[Hashable, dict[Any, None]] = {}
         self._peak = 0
         self._live = 0
@@ -228,7 +235,7 @@ class Purgatory:
 
     def wait(
         self, keys: Iterable[Hashable], check: Callable[[], _T | None], timeout: Seconds | None
-    ) -> asyncio.Future[_T]:
+    ) -> _Wait[_T]:
         """Wait until ``check()`` returns something other than None, and return that.
 
         ``check()`` is called now, then each time one of ``keys`` is :meth:`signal`\\ led,
@@ -239,8 +246,9 @@ class Purgatory:
         at once.
 
         Not a coroutine: the operation is watched when ``wait()`` is called, and what it
-        returns is the operation's :class:`asyncio.Future` (done already if the first check
-        held). Await it, or cancel it to give up.
+        returns is the operation, a future to asyncio (not a subclass of
+        :class:`asyncio.Future`, but :func:`asyncio.isfuture` holds), done already if the
+        first check held. Await it, or cancel it to give up.
 
         >>> value = await purgatory.wait(["orders"], lambda: ready.get(order_id), 5.0)
         """
@@ -262,12 +270,7 @@ class Purgatory:
             delay = timeout
         else:
             delay = self._delay("wait", timeout)
-        op: _Wait[_T] = _Wait(loop=loop)
-        op._phase = _FIRST
-        op._purgatory = self
-        op._keys = keys
-        op._check = check
-        op._handle = None
+        op: _Wait[_T] = _Wait(loop, self, keys, check)
         try:
             result = check()
         except (SystemExit, KeyboardInterrupt):
@@ -275,17 +278,17 @@ class Purgatory:
         except BaseException as exc:
             op._phase = _FAILED
             self._failed += 1
-            _fail(op, exc)
+            op._fail(exc)
             return op
         if result is not None:
             op._phase = _COMPLETED
             self._completed += 1
-            op.set_result(result)
+            op._done(result)
             return op
         if delay == 0.0:
             op._phase = _EXPIRED
             self._expired += 1
-            op.set_exception(TimeoutError())
+            op._fail(TimeoutError())
             return op
         if delay != _inf:
             timer = self._timer
@@ -295,8 +298,12 @@ class Purgatory:
         op._phase = _PENDING
         return op
 
-    def watch(self, operation: DelayedOperation, keys: Iterable[Hashable], timeout: Seconds | None
-              ) -> bool:  # fmt: skip
+    def watch(
+        self,
+        operation: DelayedOperation | Unchecked,
+        keys: Iterable[Hashable],
+        timeout: Seconds | None,
+    ) -> bool:
         """Try to complete ``operation`` now, else watch it under ``keys`` until it completes
         or ``timeout`` seconds (None: no deadline) pass (Kafka's ``tryCompleteElseWatch``).
 
@@ -360,7 +367,7 @@ class Purgatory:
             ) from None
         if ops is None:
             return 0
-        if self._thread != _get_ident():
+        if self._tid != _get_ident():
             raise RuntimeError(
                 "Purgatory.signal() called from a thread that does not run the purgatory's "
                 "loop: hand it over with loop.call_soon_threadsafe(purgatory.signal, key)"
@@ -389,7 +396,7 @@ class Purgatory:
             op._phase = _COMPLETED
             self._completed += 1
             self._unwatch(op)
-            op.set_result(result)
+            op._done(result)
             completed += 1
         return completed
 
@@ -410,7 +417,7 @@ class Purgatory:
         timer = self._timer if self._timer is not None else get_timer()
         self._timer = timer
         self._loop = running
-        self._thread = _get_ident()
+        self._tid = _get_ident()
         return running
 
     @staticmethod
@@ -552,30 +559,75 @@ def _keys(method: str, keys: object) -> tuple[Hashable, ...]:
     return distinct
 
 
-def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
-    """Fail ``future`` with a check's error (a CancelledError cancels it)."""
-    if isinstance(exc, asyncio.CancelledError):
-        asyncio.Future.cancel(future)
-    else:
-        future.set_exception(exc)
+@final
+class _Wait(Generic[_T]):
+    """The operation behind :meth:`Purgatory.wait`, and the future the waiting task awaits:
+    one object per wait, with asyncio's future protocol (:func:`asyncio.isfuture` holds, so
+    ``await``, tasks, ``gather``, ``wait_for`` and ``shield`` take it as a future), its
+    bookkeeping, and (called) the timer's expiry. Awaiting it allocates nothing more: it is
+    its own iterator."""
 
-
-class _Wait(asyncio.Future[_T]):
-    """The operation behind :meth:`Purgatory.wait`: the future the waiting task awaits, its
-    bookkeeping in slots, and (called) the timer's expiry. One object per wait."""
-
-    __slots__ = ("_check", "_handle", "_keys", "_phase", "_purgatory")
-
+    # On the class too, as asyncio.Future has it: asyncio.isfuture() looks for it there.
+    _asyncio_future_blocking: bool = False
+    _loop: asyncio.AbstractEventLoop
     _purgatory: Purgatory
     _keys: tuple[Hashable, ...]
     _check: Callable[[], _T | None]
     _handle: Handle | None
     _phase: int
+    _result: object
+    _exception: BaseException | None
+    _traceback: object
+    _cancelled: bool
+    _cancel_message: object
+    _callback: Callable[..., object] | None  # the first done callback (a task's wake-up)
+    _context: contextvars.Context | None
+    _more: list[tuple[Callable[..., object], contextvars.Context]] | None
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        purgatory: Purgatory,
+        keys: tuple[Hashable, ...],
+        check: Callable[[], _T | None],
+    ) -> None:
+        self._asyncio_future_blocking = False
+        self._loop = loop
+        self._purgatory = purgatory
+        self._keys = keys
+        self._check = check
+        self._handle = None
+        self._phase = _FIRST
+        self._result = None
+        self._exception = None
+        self._traceback = None
+        self._cancelled = False
+        self._cancel_message = None
+        self._callback = None
+        self._context = None
+        self._more = None
+
+    # -- the operation ---------------------------------------------------------------------------
 
     @property
     def keys(self) -> tuple[Hashable, ...]:
         """The keys it is watched under."""
         return self._keys
+
+    def _done(self, result: object) -> None:
+        """It completed with ``result`` (its phase is final already): wake its waiters."""
+        self._result = result
+        self._schedule()
+
+    def _fail(self, exc: BaseException) -> None:
+        """It ended with ``exc`` (its phase is final already): a CancelledError cancels it."""
+        if isinstance(exc, asyncio.CancelledError):
+            self._cancelled = True
+            self._cancel_message = exc.args[0] if exc.args else None
+        else:
+            self._exception = exc
+            self._traceback = exc.__traceback__
+        self._schedule()
 
     def _failed(self, exc: BaseException) -> None:
         """Its check raised ``exc`` (its phase was _CHECKING)."""
@@ -588,7 +640,7 @@ class _Wait(asyncio.Future[_T]):
             purgatory = self._purgatory
             purgatory._failed += 1
             purgatory._unwatch(self)
-            _fail(self, exc)
+            self._fail(exc)
 
     def __call__(self) -> None:
         """The timer's callback: the deadline passed."""
@@ -598,26 +650,131 @@ class _Wait(asyncio.Future[_T]):
             purgatory = self._purgatory
             purgatory._expired += 1
             purgatory._unwatch(self)
-            self.set_exception(TimeoutError())
+            self._fail(TimeoutError())
+
+    def _schedule(self) -> None:
+        """Schedule the done callbacks (as a future does: each a loop callback)."""
+        callback = self._callback
+        loop = self._loop
+        if callback is not None:
+            self._callback = None
+            loop.call_soon(callback, self, context=self._context)
+            self._context = None
+        more = self._more
+        if more is not None:
+            self._more = None
+            for callback, context in more:
+                loop.call_soon(callback, self, context=context)
+
+    # -- asyncio's future protocol -----------------------------------------------------------------
 
     def cancel(self, msg: Any | None = None) -> bool:
         """Cancel the wait (what cancelling the waiting task does): the operation leaves its
-        keys and the wheel before this returns."""
-        if not super().cancel(msg=msg):
+        keys and the wheel before this returns. False if it had ended already."""
+        if self._phase >= _COMPLETED:
             return False
-        state = self._phase
-        if state in (_PENDING, _CHECKING):
-            self._phase = _CANCELLED
-            purgatory = self._purgatory
-            purgatory._cancelled += 1
-            purgatory._unwatch(self)
+        self._phase = _CANCELLED
+        self._cancelled = True
+        self._cancel_message = msg
+        purgatory = self._purgatory
+        purgatory._cancelled += 1
+        purgatory._unwatch(self)
+        self._schedule()
         return True
 
+    def cancelled(self) -> bool:
+        """True if the wait was cancelled."""
+        return self._cancelled
+
+    def done(self) -> bool:
+        """True once the wait has its outcome."""
+        return self._phase >= _COMPLETED
+
+    def result(self) -> _T:
+        """The value ``check()`` returned; raises what ended the wait otherwise."""
+        if self._cancelled:
+            raise self._make_cancelled_error()
+        if self._phase < _COMPLETED:
+            raise asyncio.InvalidStateError("Result is not ready.")
+        exc = self._exception
+        if exc is not None:
+            raise exc.with_traceback(self._traceback)  # type: ignore[arg-type]
+        return self._result  # type: ignore[return-value]
+
+    def exception(self) -> BaseException | None:
+        """What ended the wait (TimeoutError, the check's error), or None if it completed."""
+        if self._cancelled:
+            raise self._make_cancelled_error()
+        if self._phase < _COMPLETED:
+            raise asyncio.InvalidStateError("Exception is not set.")
+        return self._exception
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the wait belongs to."""
+        return self._loop
+
+    def add_done_callback(
+        self, fn: Callable[..., object], *, context: contextvars.Context | None = None
+    ) -> None:
+        """Call ``fn(wait)`` (as a loop callback) once the wait has its outcome."""
+        if context is None:
+            context = contextvars.copy_context()
+        if self._phase >= _COMPLETED:
+            self._loop.call_soon(fn, self, context=context)
+        elif self._callback is None and self._more is None:
+            self._callback = fn
+            self._context = context
+        else:
+            if self._more is None:
+                self._more = []
+            self._more.append((fn, context))
+
+    def remove_done_callback(self, fn: Callable[..., object]) -> int:
+        """Remove every registration of ``fn``; how many there were."""
+        removed = 0
+        if self._callback is not None and self._callback == fn:
+            self._callback = None
+            self._context = None
+            removed += 1
+        more = self._more
+        if more is not None:
+            kept = [(callback, context) for callback, context in more if callback != fn]
+            removed += len(more) - len(kept)
+            self._more = kept or None
+        return removed
+
+    def _make_cancelled_error(self) -> asyncio.CancelledError:
+        msg = self._cancel_message
+        return asyncio.CancelledError() if msg is None else asyncio.CancelledError(msg)
+
+    @property
+    def _callbacks(self) -> list[tuple[Callable[..., object], contextvars.Context | None]]:
+        """The done callbacks and their contexts (as a future's ``_callbacks``)."""
+        found: list[tuple[Callable[..., object], contextvars.Context | None]] = []
+        if self._callback is not None:
+            found.append((self._callback, self._context))
+        if self._more is not None:
+            found.extend(self._more)
+        return found
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        return self  # type: ignore[return-value]  # its own iterator: no object per await
+
+    def __iter__(self) -> Generator[Any, None, _T]:
+        return self  # type: ignore[return-value]  # as __await__ (``yield from``)
+
+    def __next__(self) -> object:
+        if self._phase < _COMPLETED:
+            self._asyncio_future_blocking = True
+            return self  # to the task, which adds its wake-up as a done callback
+        raise StopIteration(self.result())
+
+    def send(self, value: object) -> object:
+        """The iterator's ``send`` (the task sends None)."""
+        return self.__next__()
+
     def __repr__(self) -> str:
-        return (
-            f"<Purgatory.wait keys={list(self._keys)!r} "
-            f"{_OUTCOMES.get(getattr(self, '_phase', _NEW), 'new')}>"
-        )
+        return f"<Purgatory.wait keys={list(self._keys)!r} {_OUTCOMES.get(self._phase, 'new')}>"
 
     def _waiter(self) -> object:
         """The task awaiting this wait (for pending_timers), or None."""
@@ -629,6 +786,7 @@ class _Wait(asyncio.Future[_T]):
         return self, None, self._waiter()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DelayedOperation:
     """An operation for :meth:`Purgatory.watch`, for code that does not await: subclass it
     and override :meth:`try_complete` and the outcome hooks (Kafka's ``DelayedOperation``).
@@ -652,8 +810,6 @@ class DelayedOperation:
     ...     def on_expiration(self):
     ...         print("timed out")
     """
-
-    __slots__ = ("_handle", "_keys", "_phase", "_purgatory")
 
     _purgatory: Purgatory
     _keys: tuple[Hashable, ...]
@@ -727,7 +883,7 @@ class DelayedOperation:
         if state >= _COMPLETED:
             return False
         purgatory = self._purgatory
-        if purgatory._thread != _get_ident():
+        if purgatory._tid != _get_ident():
             raise RuntimeError(
                 f"{type(self).__qualname__}.{method}() called from a thread that does not run "
                 "the purgatory's loop: hand it over with loop.call_soon_threadsafe"

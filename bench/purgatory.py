@@ -257,6 +257,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ops", type=int, default=None, help="waiting operations (100,000)")
     parser.add_argument("--churn", type=int, default=None, help="operations come and gone")
     parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument(
+        "--collector-off",
+        action="store_true",
+        help="time the rounds with the cyclic garbage collector off (gc.disable()): what the "
+        "collector's passes over every waiting task's objects cost each contender",
+    )
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 5)
     ops = args.ops or (2_000 if args.quick else 100_000)
@@ -267,12 +273,18 @@ def main(argv: list[str]) -> int:
     print(
         f"bench.purgatory: {keys * PER_KEY:,} operations on {keys:,} keys, {rounds} rounds, "
         f"Python {sys.version.split()[0]}, aiowheel "
-        f"{'compiled' if aiowheel.COMPILED else 'pure-Python'}",
+        f"{'compiled' if aiowheel.COMPILED else 'pure-Python'}"
+        f"{', the collector off while timing' if args.collector_off else ''}",
         flush=True,
     )
     for _ in range(rounds):
         for name, (how, factory) in found.items():
-            timing[name].append(run_on(factory, lambda how=how: timed_round(how, keys)))
+            if args.collector_off:
+                gc.disable()
+            try:
+                timing[name].append(run_on(factory, lambda how=how: timed_round(how, keys)))
+            finally:
+                gc.enable()
     memory = {
         name: run_on(factory, lambda how=how: memory_round(how, max(1, keys // 5)))
         for name, (how, factory) in found.items()

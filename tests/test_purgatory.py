@@ -659,3 +659,69 @@ def test_a_signal_of_an_unhashable_key_names_it() -> None:
             purgatory.watched({})
 
     aiowheel.testing.run(main())
+
+
+# -- a wait is a future to asyncio (its own, one object: see _Wait) ----------------------------
+
+
+@anyio
+async def test_a_wait_is_a_future_to_asyncio_gather_wait_for_and_shield() -> None:
+    purgatory = Purgatory()
+    box: dict[str, int] = {}
+    op = purgatory.wait(["k"], lambda: box.get("k"), 5)
+    assert asyncio.isfuture(op) and not op.done() and not op.cancelled()
+    assert op.get_loop() is asyncio.get_running_loop()
+    with pytest.raises(asyncio.InvalidStateError):
+        op.result()
+    with pytest.raises(asyncio.InvalidStateError):
+        op.exception()
+    seen: list[object] = []
+    op.add_done_callback(seen.append)
+    op.add_done_callback(seen.append)
+    op.add_done_callback(print)
+    assert op.remove_done_callback(print) == 1 and op.remove_done_callback(print) == 0
+    gathered = asyncio.gather(op, purgatory.wait(["j"], lambda: box.get("j"), 5))
+    shielded = asyncio.shield(op)
+    box["k"], box["j"] = 1, 2
+    assert purgatory.signal("k") == 1 and purgatory.signal("j") == 1
+    assert await gathered == [1, 2]
+    assert await shielded == 1 and await op == 1
+    assert op.done() and op.result() == 1 and op.exception() is None
+    assert seen == [op, op]  # each registration once, as loop callbacks
+    assert purgatory.stats() == PurgatoryStats(0, 0, 2, 0, 0, 0)
+
+    # wait_for cancels the wait at its own timeout: the operation leaves its key at once.
+    op = purgatory.wait(["k2"], lambda: None, 60)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(op, 0.001)
+    assert op.cancelled() and purgatory.watched("k2") == 0
+    with pytest.raises(asyncio.CancelledError):
+        op.result()
+    assert purgatory.stats().cancelled == 1
+
+    # gather with an expiring wait: the TimeoutError reaches it; a failed check's error too.
+    def broken() -> None:
+        raise KeyError("gone")
+
+    results = await asyncio.gather(
+        purgatory.wait(["x"], lambda: None, 0.001),
+        purgatory.wait(["y"], broken, 5),
+        return_exceptions=True,
+    )
+    assert [type(r) for r in results] == [TimeoutError, KeyError]
+    assert purgatory.stats() == PurgatoryStats(0, 0, 2, 1, 1, 1)
+
+
+@anyio
+async def test_a_cancelled_wait_carries_its_message_and_a_done_wait_does_not_cancel() -> None:
+    purgatory = Purgatory()
+    op = purgatory.wait(["k"], lambda: None, None)
+    assert op.cancel("bye") and not op.cancel("again")
+    with pytest.raises(asyncio.CancelledError, match="bye"):
+        await op
+    done = purgatory.wait(["k"], lambda: 7, None)  # held at once
+    assert not done.cancel() and await done == 7
+    late: list[object] = []
+    done.add_done_callback(late.append)  # on a done wait: scheduled at once
+    await asyncio.sleep(0)
+    assert late == [done]
