@@ -267,3 +267,16 @@ def test_every_result_file_the_docs_name_exists_under_docs_data() -> None:
     assert not missing, missing
     loose = sorted(p.name for p in (ROOT / "docs").glob("*") if p.suffix in (".json",))
     assert not loose, f"results outside docs/data: {loose}"
+
+
+@pytest.mark.once
+def test_the_readme_is_short_names_both_builds_and_links_its_figures() -> None:
+    # The README takes a newcomer from install to a server in one screenful or two; it says
+    # which build runs (the compiled modules, the native core); and each of its images is a
+    # link to the image itself, readable at full size from a phone.
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    assert "aiowheel.COMPILED" in text and "aiowheel.NATIVE" in text
+    images = re.findall(r"(\[?)!\[[^\]]*\]\(([^)]+)\)(\]\(([^)]+)\))?", text)
+    assert images
+    assert [src for bracket, src, _, href in images if not bracket or href != src] == []
