@@ -639,7 +639,7 @@ class LoopFactory:
 
     def __init__(self, config: LoopConfig) -> None:
         self.config: Final = config
-        """What the loops it makes are: base, tick and threshold."""
+        """What the loops it makes are (base, tick and threshold)."""
         self._cls: Final = _loop_class(config)
 
     @property

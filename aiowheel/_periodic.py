@@ -193,7 +193,7 @@ class PeriodicHandle(_Runner):
 
     @property
     def skipped(self) -> int:
-        """How many ticks were not run: missed under ``"skip"``, or overlapping a run."""
+        """How many ticks were not run (missed under ``"skip"``, or overlapping a run)."""
         return self._schedule.skipped
 
     def next_deadline(self) -> float | None:

@@ -99,8 +99,8 @@ class VirtualTime:
     :class:`~aiowheel.LoopConfig`)."""
 
     autojump: bool | float
-    """True: jump as soon as the loop is idle; a number: after that many seconds of real idle
-    time; False: move only by :func:`aiowheel.testing.advance`."""
+    """When the clock jumps. True jumps as soon as the loop is idle; a number, after that many
+    seconds of real idle time; False, only by :func:`aiowheel.testing.advance`."""
     start: float
     """``loop.time()`` when the loop is made."""
 

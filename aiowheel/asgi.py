@@ -144,8 +144,8 @@ class Expired:
     deadline: float
     """The deadline it enforced (after any override, cap or :func:`set_deadline`)."""
     now: float
-    """When the answer was made: never before ``deadline`` unless the endpoint gave up
-    early with :class:`BudgetExhausted`."""
+    """When the answer was made (never before ``deadline`` unless the endpoint gave up
+    early with :class:`BudgetExhausted`)."""
 
     @property
     def waited(self) -> float:

@@ -30,11 +30,17 @@ from .registry import (
     Results,
     Sizes,
 )
-from .targets import fmt, judge
+from .targets import PEER_TARGETS, TARGETS, fmt, judge
 
 TARGETS_NOTE = (
     "Targets are the project's own aims, measured on its CI machine (a shared 2-core VM); a\n"
     "miss on another machine says how the figures compare there, not that anything is broken."
+)
+WHAT_A_TARGET_IS = (
+    "A target is a figure the project aims at on its own CI machine (a shared 2-core VM), such\n"
+    "as churn at 3x asyncio's own timers or 0 early firings: a miss on another machine says how\n"
+    "the figures compare there, not that anything is broken. The list: bench/targets.py, printed\n"
+    "by `python -m bench --list-targets`; `--targets` judges this run against each."
 )
 
 
@@ -75,6 +81,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="after the table, how the run compares with the project's targets (met / MISSED)",
     )
     parser.add_argument(
+        "--list-targets",
+        action="store_true",
+        help="print every target the run is judged against (bench/targets.py), run nothing",
+    )
+    parser.add_argument(
         "--churn-pending",
         default=None,
         help="comma-separated pending counts for churn, overriding the mode's (e.g. 1000,1000000)",
@@ -110,6 +121,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
+    if args.list_targets:
+        print(list_targets())
+        return 0
     if args.replot:
         document = json.loads(Path(args.replot).read_text())
         out = Path(args.out)
@@ -171,7 +185,8 @@ def main(argv: list[str]) -> int:
     else:
         met = sum(target["met"] is True for target in targets)
         print(f"\n{met} of {sum(t['met'] is not None for t in targets)} of the project's "
-              "targets met on this machine (--targets lists them)")
+              "targets met on this machine.")  # fmt: skip
+        print(WHAT_A_TARGET_IS)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     document = {
@@ -189,6 +204,31 @@ def main(argv: list[str]) -> int:
         print(f" and {figure}", end="")
     print(f" ({elapsed:.0f} s)")
     return 0
+
+
+def list_targets() -> str:
+    """Every target as a run is judged against it: one line per loop (and named parameter)."""
+    lines = [TARGETS_NOTE, "", "Ratios of two medians of one run, or bounds (bench/targets.py):"]
+    # The largest churn size judged: 1M in a full run (bench.targets._params), the largest
+    # pending count with --quick.
+    quick = max(MODES["quick"].churn_pending)
+    largest_churn = f"1,000,000 pending ({quick:,} with --quick)"
+    for target in TARGETS:
+        param, size = target.param, largest_churn
+        if target.param == "each":
+            param, size = "each size measured", "each size measured"
+        note = " (information: not counted)" if target.sense == "info" else ""
+        for loop in target.loops:
+            text = target.text.format(loop=loop, param=param, size=size, need=target.need)
+            lines.append(f"  {text}{note}")
+    for workload, wanted, metric, need in PEER_TARGETS:
+        lower = metric in ("ms", "wall_s")
+        lines.append(
+            f"  vs the fastest peer: {workload} ({wanted or 'each size measured'}) "
+            f"{'<=' if lower else '>='} {need:.2f}x"
+        )
+    lines += ["", "Peers: the best loop-mode base against the fastest loop's own timers."]
+    return "\n".join(lines)
 
 
 def _memory_allows(pending: int) -> bool:
@@ -224,8 +264,6 @@ def table(results: Results) -> list[dict[str, Any]]:
                             "vs_floor": None if ours is None or not floor else ours / floor,
                         })  # fmt: skip
     return rows
-
-
 
 
 def _ratio(metric: str, ours: float | None, base: float | None) -> float | None:

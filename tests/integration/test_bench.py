@@ -24,7 +24,10 @@ def test_tiny_run_writes_every_workload_table_json_and_plot(
     assert set(document["raw"]) == set(suite.WORKLOADS)
     assert document["environment"]["python"]
     assert {t["target"] for t in document["targets"]}
-    assert "of the project's targets met on this machine (--targets lists them)" in out
+    assert "of the project's targets met on this machine." in out
+    # The closing lines say what a target is and where the list lives.
+    assert "A target is a figure the project aims at on its own CI machine" in out
+    assert "bench/targets.py, printed\nby `python -m bench --list-targets`" in out
     assert "[met]" not in out and "[MISSED]" not in out  # targets only when asked
     assert (tmp_path / "bench.png").stat().st_size > 1000
     storm = document["raw"]["storm"]
@@ -267,3 +270,23 @@ def test_the_hub_bench_runs_its_three_phases_checked_on_stock_and_loop_mode(
             assert figures["early_beats"] == figures["early_expiries"] == 0
         # Half of the 100 connections went silent and were all closed by their idle timeout.
         assert run["server"]["expiry"]["expiries"]["n"] == 50
+
+
+def test_list_targets_prints_every_target_and_runs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.targets import PEER_TARGETS, TARGETS
+
+    assert suite.main(["--list-targets", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Targets are the project's own aims" in out
+    lines = [line for line in out.splitlines() if line.startswith("  ")]
+    expected = sum(len(target.loops) for target in TARGETS) + len(PEER_TARGETS)
+    assert len(lines) == expected
+    assert "  fire storm on uvloop: 0 early firings" in lines
+    assert (
+        "  churn @1,000,000 pending (100,000 with --quick) >= 3x loop.call_later on asyncio"
+        in lines
+    )
+    assert not any("{" in line for line in lines)  # every placeholder filled
+    assert list(tmp_path.iterdir()) == []  # nothing ran, nothing written

@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,12 +108,34 @@ def test_pages_render_without_console_errors(
 
 WIDTHS = (1280, 390)  # a laptop, a phone
 
+# Per page, in the browser: how far the page is wider than the window; code-like text holding an
+# en dash; each table of the article (its box against the article's, its content against its
+# box, and whether it scrolls); each image of the article and the link around it, if any.
+LAYOUT_JS = """() => {
+  const article = document.querySelector('article');
+  const right = article ? article.getBoundingClientRect().right : window.innerWidth;
+  const tables = [...document.querySelectorAll('article table')].map(t => ({
+    head: t.innerText.slice(0, 50).replace(/\\s+/g, ' '),
+    beyond: Math.max(t.getBoundingClientRect().right,
+                     t.parentElement.getBoundingClientRect().right) - right,
+    hidden: t.scrollWidth - t.clientWidth,
+    scrolls: ['auto', 'scroll'].includes(getComputedStyle(t).overflowX),
+  }));
+  const images = [...document.querySelectorAll('article img')].map(img => ({
+    src: img.src, href: img.closest('a') ? img.closest('a').href : null,
+  }));
+  return {
+    overflow: document.documentElement.scrollWidth - window.innerWidth,
+    dashed: [...document.querySelectorAll('code, pre, kbd')]
+      .map(e => e.innerText).filter(t => t.includes('\u2013')),
+    tables, images,
+  };
+}"""
 
-@pytest.mark.browser
-def test_no_page_scrolls_sideways_and_no_code_holds_an_en_dash(served: str, site: Path) -> None:
-    # At a laptop's and a phone's width, a page is never wider than the window: wide code
-    # blocks and tables scroll inside their own box. And no code-like text holds an en dash
-    # (a "--" that typography turned into one no longer pastes as an option).
+
+@pytest.fixture(scope="module")
+def layout(served: str, site: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every page of the site loaded once at each width of WIDTHS: what LAYOUT_JS saw."""
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -124,8 +147,7 @@ def test_no_page_scrolls_sideways_and_no_code_holds_an_en_dash(served: str, site
         for path in site.glob("*.html")
         if path.name not in ("genindex.html", "search.html", "py-modindex.html")
     )
-    wide: list[str] = []
-    dashed: list[str] = []
+    seen: dict[tuple[str, int], dict[str, Any]] = {}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         try:
@@ -133,23 +155,66 @@ def test_no_page_scrolls_sideways_and_no_code_holds_an_en_dash(served: str, site
                 tab = browser.new_page(viewport={"width": width, "height": 900})
                 for page in pages:
                     tab.goto(f"{served}/{page}", wait_until="load")
-                    overflow = tab.evaluate(
-                        "document.documentElement.scrollWidth - window.innerWidth"
-                    )
-                    if overflow > 1:
-                        wide.append(f"{page} at {width} px: {overflow} px too wide")
-                    dashes = tab.evaluate(
-                        "[...document.querySelectorAll('code, pre, kbd')]"
-                        ".map(e => e.innerText).filter(t => t.includes('\u2013'))"
-                    )
-                    dashed += [f"{page}: {text[:60]!r}" for text in dashes]
+                    seen[page, width] = tab.evaluate(LAYOUT_JS)
                     if page in ("index.html", "quickstart.html", "api.html", "performance.html"):
                         tab.screenshot(path=str(shots / f"{page[:-5]}-{width}.png"))
                 tab.close()
         finally:
             browser.close()
+    return seen
+
+
+@pytest.mark.browser
+def test_no_page_scrolls_sideways_and_no_code_holds_an_en_dash(
+    layout: dict[tuple[str, int], dict[str, Any]],
+) -> None:
+    # At a laptop's and a phone's width, a page is never wider than the window: wide code
+    # blocks and tables scroll inside their own box. And no code-like text holds an en dash
+    # (a "--" that typography turned into one no longer pastes as an option).
+    wide = [
+        f"{page} at {width} px: {seen['overflow']} px too wide"
+        for (page, width), seen in layout.items()
+        if seen["overflow"] > 1
+    ]
+    dashed = [
+        f"{page}: {text[:60]!r}"
+        for (page, width), seen in layout.items()
+        if width == WIDTHS[0]
+        for text in seen["dashed"]
+    ]
     assert not wide, wide
     assert not dashed, dashed
+
+
+@pytest.mark.browser
+def test_no_table_is_cut(layout: dict[tuple[str, int], dict[str, Any]]) -> None:
+    # No table (nor its wrapper) reaches past the text column; at a laptop's width every
+    # column shows without scrolling; at a phone's, a wider table scrolls in its own box.
+    assert len(layout) >= 2 * 20 and any(seen["tables"] for seen in layout.values())
+    cut = []
+    for (page, width), seen in layout.items():
+        for table in seen["tables"]:
+            where = f"{page} at {width} px, the table {table['head']!r}"
+            if table["beyond"] > 1:
+                cut.append(f"{where}: {table['beyond']:.0f} px past the text column")
+            if width == 1280 and table["hidden"] > 1:
+                cut.append(f"{where}: {table['hidden']} px of columns hidden")
+            if table["hidden"] > 1 and not table["scrolls"]:
+                cut.append(f"{where}: wider than its box and does not scroll")
+    assert not cut, cut
+
+
+@pytest.mark.browser
+def test_every_figure_links_to_its_full_size_image(
+    layout: dict[tuple[str, int], dict[str, Any]],
+) -> None:
+    # A plot shrunk to a phone's column cannot be read: a tap opens the image itself.
+    images = [(page, image) for (page, width), seen in layout.items() for image in seen["images"]]
+    assert len(images) >= 2 * 8, images  # the site does show its figures
+    unlinked = [
+        f"{page}: {image['src']}" for page, image in images if image["href"] != image["src"]
+    ]
+    assert not unlinked, unlinked
 
 
 def _docstrings() -> Iterator[tuple[str, str]]:
@@ -202,3 +267,16 @@ def test_every_result_file_the_docs_name_exists_under_docs_data() -> None:
     assert not missing, missing
     loose = sorted(p.name for p in (ROOT / "docs").glob("*") if p.suffix in (".json",))
     assert not loose, f"results outside docs/data: {loose}"
+
+
+@pytest.mark.once
+def test_the_readme_is_short_names_both_builds_and_links_its_figures() -> None:
+    # The README takes a newcomer from install to a server in one screenful or two; it says
+    # which build runs (the compiled modules, the native core); and each of its images is a
+    # link to the image itself, readable at full size from a phone.
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    assert "aiowheel.COMPILED" in text and "aiowheel.NATIVE" in text
+    images = re.findall(r"(\[?)!\[[^\]]*\]\(([^)]+)\)(\]\(([^)]+)\))?", text)
+    assert images
+    assert [src for bracket, src, _, href in images if not bracket or href != src] == []
