@@ -5,6 +5,7 @@
     pytest -p aiowheel.pytest --aiowheel-strict        # fail asyncio tests left off loop mode
     pytest -p aiowheel.pytest --aiowheel-clock virtual # every asyncio test on a virtual clock
     pytest -p aiowheel.pytest --aiowheel-lingering error  # fail a test that leaves a timer
+    pytest -p aiowheel.pytest --aiowheel-every-loop    # the loops tests make, on loop mode too
 
 Nothing in the suite changes, and nothing a test sees changes but its event loop:
 
@@ -25,6 +26,14 @@ and pytest-asyncio tests whose loop factories come from the suite's own
 ends with one line saying how many tests ran on loop mode, on which base, and how many were
 left off and why; ``--aiowheel-strict`` makes each asyncio test left off fail, for suites that
 want every one on the wheel.
+
+Loops the tests make themselves (``asyncio.run`` in a plain test or a ``unittest`` case, a test
+client's blocking portal) are counted: the line ends with how many tests ran on a loop the
+plugin did not make, "N on their own stock loops" (tests already counted as left off are not
+counted again). ``--aiowheel-every-loop`` (ini: ``aiowheel_every_loop = true``) makes those
+loops loop-mode loops of the same base, on the real clock: every loop ``asyncio.run``,
+``asyncio.Runner``, ``asyncio.new_event_loop``, ``anyio.run`` and anyio's blocking portals make,
+through ``asyncio.new_event_loop``, without the event loop policy (see :class:`_Loops`).
 
 Lingering timers. ``--aiowheel-lingering error`` (or ``warn``) fails (or warns about) each
 test that leaves a timer pending on its loop-mode loop once its fixtures are torn down, naming
