@@ -750,8 +750,7 @@ def _count(item: pytest.Item) -> None:
         tally[kind, why] += 1
         if virtual:
             tally["virtual clock", ""] += 1
-    elif "every loop" in seen:
-        assert _loops is not None and _loops.factory is not None
+    elif "every loop" in seen and _loops is not None and _loops.factory is not None:
         tally["loop mode", _base_name(_loops.factory)] += 1
         tally["every loop", ""] += 1
     if "stock" in seen and (where is None or where[0] != "left off"):
