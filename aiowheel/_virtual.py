@@ -14,8 +14,8 @@ When the clock moves. Only forward, and only
   earliest wake-up (a bucket's expiration: a deadline rounded up to the tick) or on the
   advance's target, whichever is first, and runs what is due there; the tasks woken run before
   the loop can be idle again, so before the clock moves past that deadline;
-- never while a callback is ready, a poll of the loop's I/O finds something, or work started
-  with ``loop.run_in_executor`` (``asyncio.to_thread`` too) is still running.
+- never while a callback is ready, a poll of the loop's I/O finds something, or work the loop
+  handed to a thread is still running (*Threads*, below).
 
 "Idle" is a fact read off the loop, not a count of quiet cycles (looptime's "42 no-op cycles"):
 
@@ -31,6 +31,41 @@ When the clock moves. Only forward, and only
   ``call_soon`` / ``call_soon_threadsafe`` made through the loop (a task's step or a future's
   callback included): a callback a native transport queues without the loop's ``call_soon``
   is seen only when it schedules one.
+
+Threads. A thread is invisible to the loop: while it works, the loop has nothing ready and
+nothing to poll, and would look idle. The clock counts a *job* for each piece of work the loop
+hands to a thread, from the hand-off (on the loop's thread, before the loop can look idle) to
+the moment its result is back on the loop, and does not jump while a job runs:
+
+- ``loop.run_in_executor`` (``asyncio.to_thread``, ``loop.getaddrinfo`` and everything else
+  built on it), wrapped on the loop itself;
+- ``anyio.to_thread.run_sync`` (and what is built on it: ``anyio.Path``, ``anyio.open_file``,
+  Starlette's ``run_in_threadpool``, FastAPI's ``def`` endpoints), which runs in anyio's own
+  worker threads and hands its result back with ``call_soon_threadsafe``: the loop never sees
+  it start. anyio's asyncio backend is reached through its one entry point,
+  ``AsyncIOBackend.run_sync_in_worker_thread`` (anyio's backend interface, the call every
+  ``to_thread.run_sync`` makes), wrapped once per process when that module is imported (a
+  finder on ``sys.meta_path`` waits for it if it is not imported yet); on a loop without a
+  virtual clock the wrapper calls anyio's own at once.
+
+Why entry points and not something more general. What a thread is doing cannot be read from
+Python: a thread that works for the loop and one that waits on a peer look alike, and work
+handed over through a queue of the library's own (anyio's workers each have one) leaves no
+trace on the loop until its result comes back. So the clock is told where work starts; the
+two entry points above are where asyncio and anyio start it, and work started any other way
+(a pool's own ``submit``, a thread of the program's own) stays invisible, as documented.
+
+A job that calls back into the loop and waits for it (``asyncio.run_coroutine_threadsafe(...)
+.result()``, ``anyio.from_thread.run``, a ``BlockingPortal``'s ``call`` or ``start_task_soon``)
+is not running while it waits: counted, it would stop the clock from reaching the very
+``sleep`` it waits for (a deadlock, before this). This part is general: the job's thread is
+marked while it runs the job, every ``call_soon_threadsafe`` made from a marked thread carries
+the job in its context (a context variable), every task the loop creates in such a context
+(``run_coroutine_threadsafe``'s, a portal's) is the job's *loop work*, and while a job has loop
+work pending the clock does not wait for it. When the last of that work is done, on the loop's
+thread, the job counts again, before its thread can take the result and go on. Loop work a
+job starts without waiting for it (fire and forget) lends the job as well: while that work
+runs, the job's own work is not waited for.
 
 ``autojump`` as a number is trio's ``autojump_threshold``: the loop must also stay idle that
 many seconds of *real* time before the clock jumps, for code that waits on a peer outside the
@@ -75,14 +110,20 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextvars
 import gc
 import heapq
+import importlib.abc
+import inspect
 import itertools
 import math
 import selectors
-from collections.abc import Callable
+import sys
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _validate
@@ -150,7 +191,8 @@ class VirtualClock:
         self._order = itertools.count()
         # Pending advances: (target, order, future), earliest target first.
         self._advances: list[tuple[float, int, asyncio.Future[None]]] = []
-        self._jobs = 0  # run_in_executor work still running
+        self._jobs = 0  # work handed to threads, not back yet (see "Threads" above)
+        self._lent = 0  # of those, jobs whose threads wait on loop work of theirs
         self._due_scheduled = False
         self._idle: _Idle | None = None
         self._base_call_soon: Callable[..., Any] = loop.call_soon
@@ -320,8 +362,8 @@ class VirtualClock:
 
     def _goal(self) -> float | None:
         """Where the clock would jump if the loop were idle now; None: it would not."""
-        if self._jobs:
-            return None  # executor work is running: it may still file timers or wake tasks
+        if self._jobs > self._lent:
+            return None  # a thread works for the loop: it may still file timers or wake tasks
         advances = self._advances
         while advances and advances[0][2].done():  # an advance whose task was cancelled
             heapq.heappop(advances)
@@ -359,15 +401,70 @@ class VirtualClock:
             self._finish_advances()
         return True
 
-    # -- executor work ---------------------------------------------------------------------
+    # -- work handed to threads (all on the loop's thread) ------------------------------------
 
-    def _job_started(self, future: asyncio.Future[Any]) -> None:
+    def _job_begin(self) -> _Job:
+        """Work is being handed to a thread: count it until :meth:`_job_end`."""
         self._jobs += 1
-        future.add_done_callback(self._job_done)
+        return _Job(self)
 
-    def _job_done(self, _future: asyncio.Future[Any]) -> None:
+    def _job_end(self, job: _Job) -> None:
+        """``job``'s result is back on the loop (or its waiter gave up on it)."""
+        if job.ended:
+            return
+        job.ended = True
+        if job.work:
+            self._lent -= 1
         self._jobs -= 1
         self._want()
+
+    def _loop_work(self, job: _Job, task: asyncio.Future[Any]) -> None:
+        """``task`` was made on behalf of ``job``'s thread, which waits for it (or may)."""
+        job.work += 1
+        if job.work == 1 and not job.ended:
+            self._lent += 1
+            self._want()
+        task.add_done_callback(job.loop_work_done)
+
+
+class _Job:
+    """One piece of work a virtual loop handed to a thread (see "Threads" above)."""
+
+    __slots__ = ("clock", "ended", "work")
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.work = 0  # tasks made for the job's thread, not done yet
+        self.ended = False
+
+    def loop_work_done(self, _task: asyncio.Future[Any]) -> None:
+        """A task of the job's loop work is done (a done callback, on the loop's thread)."""
+        self.work -= 1
+        if not self.work and not self.ended:
+            self.clock._lent -= 1  # its thread goes on working: the clock waits for it again
+
+    def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """``func``, marking the thread that runs it as this job's while it runs."""
+        job = self
+
+        def run_as_job(*args: Any, **kwargs: Any) -> Any:
+            outer = getattr(_threads, "job", None)
+            _threads.job = job
+            try:
+                return func(*args, **kwargs)
+            finally:
+                _threads.job = outer
+
+        return run_as_job
+
+
+_THREAD_POOL: Final = concurrent.futures.ThreadPoolExecutor
+# The job the current thread is running, if any (``_threads.job``: set by _Job.wrap).
+_threads: Final = threading.local()
+# The job whose thread asked for the loop work running in this context (see _threadsafe).
+_job_var: Final[contextvars.ContextVar[_Job | None]] = contextvars.ContextVar(
+    "aiowheel_virtual_job", default=None
+)
 
 
 # -- idle detectors ---------------------------------------------------------------------------
@@ -480,11 +577,21 @@ class _ProbeIdle(_Idle):
 
 def install(loop: Any, clock: VirtualClock) -> None:
     """Give ``loop`` its idle detector and the wrappers virtual time needs on it."""
+    _watch_anyio()
     base_run_in_executor = loop.run_in_executor
 
     def run_in_executor(executor: Any, func: Any, *args: Any) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = base_run_in_executor(executor, func, *args)
-        clock._job_started(future)
+        job = clock._job_begin()
+        try:
+            # Only a thread can be marked; a process pool pickles func: given as it is.
+            threads = executor is None or isinstance(executor, _THREAD_POOL)
+            if threads and callable(func) and not inspect.iscoroutinefunction(func):
+                func = job.wrap(func)
+            future: asyncio.Future[Any] = base_run_in_executor(executor, func, *args)
+        except BaseException:
+            clock._job_end(job)
+            raise
+        future.add_done_callback(lambda _: clock._job_end(job))
         return future
 
     run_in_executor.__doc__ = base_run_in_executor.__doc__
@@ -505,14 +612,137 @@ def install(loop: Any, clock: VirtualClock) -> None:
 
     shutdown_default_executor.__doc__ = base_shutdown.__doc__
     loop.shutdown_default_executor = shutdown_default_executor
+    base_create_task = loop.create_task
+
+    def create_task(coro: Any, *args: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = base_create_task(coro, *args, **kwargs)
+        context = kwargs.get("context")
+        job = _job_var.get() if context is None else context.get(_job_var)
+        if job is not None and job.clock is clock:
+            clock._loop_work(job, task)
+        return task
+
+    create_task.__doc__ = base_create_task.__doc__
+    loop.create_task = create_task
     selector = getattr(loop, "_selector", None)
     if isinstance(loop, asyncio.BaseEventLoop) and isinstance(selector, selectors.BaseSelector):
         clock._idle = _SelectorIdle(clock, selector)
+        threadsafe: Callable[..., Any] = loop.call_soon_threadsafe
+    else:
+        probe = _ProbeIdle(clock, loop, _ready_queue(loop), _requeue_for(loop, clock))
+        loop.call_soon = probe.counted(clock._base_call_soon)
+        threadsafe = probe.counted(loop.call_soon_threadsafe)
+        clock._idle = probe
+    loop.call_soon_threadsafe = _threadsafe(clock, threadsafe)
+
+
+def _threadsafe(clock: VirtualClock, method: Callable[..., Any]) -> Callable[..., Any]:
+    """The loop's ``call_soon_threadsafe``: a call from a thread running one of the clock's jobs
+    carries the job in the callback's context, so the tasks it makes are the job's loop work."""
+
+    def call_soon_threadsafe(callback: Any, *args: Any, context: Any = None) -> Any:
+        job = getattr(_threads, "job", None)
+        if job is not None and job.clock is clock:
+            # A copy: the caller's context (or the one it passed) is left as it was.
+            context = contextvars.copy_context() if context is None else context.copy()
+            context.run(_job_var.set, job)
+        return method(callback, *args, context=context)
+
+    call_soon_threadsafe.__doc__ = method.__doc__
+    return call_soon_threadsafe
+
+
+# -- anyio's worker threads ----------------------------------------------------------------
+
+_ANYIO_BACKEND: Final = "anyio._backends._asyncio"
+_anyio_lock: Final = threading.Lock()
+_anyio_state: list[str] = []  # "hooked" once a finder waits for anyio's backend, "wrapped"
+
+
+def _watch_anyio() -> None:
+    """Wrap anyio's worker-thread entry point now if its asyncio backend is imported, else as
+    soon as it is (a finder on ``sys.meta_path``); once per process."""
+    if "wrapped" in _anyio_state:
         return
-    probe = _ProbeIdle(clock, loop, _ready_queue(loop), _requeue_for(loop, clock))
-    loop.call_soon = probe.counted(clock._base_call_soon)
-    loop.call_soon_threadsafe = probe.counted(loop.call_soon_threadsafe)
-    clock._idle = probe
+    with _anyio_lock:
+        module = sys.modules.get(_ANYIO_BACKEND)
+        if module is not None:
+            _wrap_anyio(module)
+        elif "hooked" not in _anyio_state:
+            _anyio_state.append("hooked")
+            sys.meta_path.insert(0, _AnyioFinder())
+
+
+def _wrap_anyio(module: ModuleType) -> None:
+    """Count the work ``anyio.to_thread.run_sync`` hands to anyio's workers as the running
+    virtual loop's jobs (the caller holds ``_anyio_lock``, or the import lock)."""
+    if "wrapped" in _anyio_state:
+        return
+    _anyio_state.append("wrapped")
+    backend = getattr(module, "AsyncIOBackend", None)
+    original = getattr(backend, "run_sync_in_worker_thread", None)
+    if backend is None or original is None or not inspect.iscoroutinefunction(original):
+        return  # not an anyio 4 backend: left as it is (its threads stay invisible)
+
+    async def run_sync_in_worker_thread(
+        cls: Any, func: Callable[..., Any], args: Sequence[Any], *rest: Any, **kwargs: Any
+    ) -> Any:
+        clock = getattr(asyncio.get_running_loop(), "_aiowheel_clock", None)
+        if clock is None:
+            return await original(func, args, *rest, **kwargs)
+        job = clock._job_begin()
+        try:
+            return await original(job.wrap(func), args, *rest, **kwargs)
+        finally:
+            clock._job_end(job)
+
+    run_sync_in_worker_thread.__doc__ = original.__doc__
+    run_sync_in_worker_thread.__wrapped__ = original  # type: ignore[attr-defined]
+    backend.run_sync_in_worker_thread = classmethod(run_sync_in_worker_thread)
+
+
+class _AnyioFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when anyio's asyncio backend is imported, it lets the other
+    finders find it and wraps the loader so that the module is patched once executed."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> Any:
+        """None for every module but anyio's asyncio backend (found by the finders after it)."""
+        if fullname != _ANYIO_BACKEND:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _WrappingLoader(spec.loader)
+                return spec
+        return None
+
+
+class _WrappingLoader(importlib.abc.Loader):
+    """A loader that runs the real one, then wraps anyio's entry point in the new module."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: Any) -> ModuleType | None:
+        """The real loader's module."""
+        module: ModuleType | None = self._loader.create_module(spec)
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Run the module, then wrap its worker-thread entry point."""
+        self._loader.exec_module(module)
+        with _anyio_lock:
+            _wrap_anyio(module)
+            for finder in [f for f in sys.meta_path if isinstance(f, _AnyioFinder)]:
+                sys.meta_path.remove(finder)  # its work is done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
 
 
 _LIBUV: Final = ("uvloop", "zuvloop")

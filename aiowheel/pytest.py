@@ -5,6 +5,7 @@
     pytest -p aiowheel.pytest --aiowheel-strict        # fail asyncio tests left off loop mode
     pytest -p aiowheel.pytest --aiowheel-clock virtual # every asyncio test on a virtual clock
     pytest -p aiowheel.pytest --aiowheel-lingering error  # fail a test that leaves a timer
+    pytest -p aiowheel.pytest --aiowheel-every-loop    # the loops tests make, on loop mode too
 
 Nothing in the suite changes, and nothing a test sees changes but its event loop:
 
@@ -25,6 +26,14 @@ and pytest-asyncio tests whose loop factories come from the suite's own
 ends with one line saying how many tests ran on loop mode, on which base, and how many were
 left off and why; ``--aiowheel-strict`` makes each asyncio test left off fail, for suites that
 want every one on the wheel.
+
+Loops the tests make themselves (``asyncio.run`` in a plain test or a ``unittest`` case, a test
+client's blocking portal) are counted: the line ends with how many tests ran on a loop the
+plugin did not make, "N on their own stock loops" (tests already counted as left off are not
+counted again). ``--aiowheel-every-loop`` (ini: ``aiowheel_every_loop = true``) makes those
+loops loop-mode loops of the same base, on the real clock: every loop ``asyncio.run``,
+``asyncio.Runner``, ``asyncio.new_event_loop``, ``anyio.run`` and anyio's blocking portals make,
+through ``asyncio.new_event_loop``, without the event loop policy (see :class:`_Loops`).
 
 Lingering timers. ``--aiowheel-lingering error`` (or ``warn``) fails (or warns about) each
 test that leaves a timer pending on its loop-mode loop once its fixtures are torn down, naming
@@ -87,7 +96,7 @@ import pytest
 from . import _engine, _validate
 from ._census import PendingTimer, _name, pending
 from ._fuzz import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz, fuzz_number
-from ._loop import LoopFactory, loop_factory, virtual_loop_factory, watch_loops
+from ._loop import LoopFactory, config_of, loop_factory, virtual_loop_factory, watch_loops
 from ._virtual import VirtualClock
 from .loops import BASES, auto_base, base_class, installed
 from .testing import clock_of, first_divergence
@@ -102,6 +111,7 @@ __all__ = [
     "pytest_asyncio_loop_factories",
     "pytest_collection_modifyitems",
     "pytest_configure",
+    "pytest_load_initial_conftests",
     "pytest_report_header",
     "pytest_runtest_call",
     "pytest_runtest_setup",
@@ -133,10 +143,14 @@ _restore: pytest.StashKey[Callable[[], None]] = pytest.StashKey()
 _lingering: pytest.StashKey[_Lingering] = pytest.StashKey()
 _fuzzing: pytest.StashKey[_Fuzzing] = pytest.StashKey()
 _run: pytest.StashKey[_Run] = pytest.StashKey()
+# Where the plugin put a test (_where), noted at its call; and the kinds of loop it ran that
+# the plugin did not make for it: "stock", "every loop" (see _Loops).
+_placed: pytest.StashKey[tuple[str, str, bool]] = pytest.StashKey()
+_seen: pytest.StashKey[set[str]] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """``--aiowheel-base`` (the event loop under the wheel) and ``--aiowheel-strict``."""
+    """The plugin's ``--aiowheel-...`` options (and the ``aiowheel_every_loop`` ini option)."""
     group = parser.getgroup("aiowheel")
     group.addoption(
         "--aiowheel-base",
@@ -150,6 +164,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="with -p aiowheel.pytest: fail every asyncio test left on its own loop "
         "(a backend's own loop_factory, the suite's own loop factories hook)",
+    )
+    group.addoption(
+        "--aiowheel-every-loop",
+        action="store_true",
+        default=None,
+        help="with -p aiowheel.pytest: every asyncio loop the tests make (asyncio.run, "
+        "asyncio.Runner, asyncio.new_event_loop, anyio.run, blocking portals) on loop mode too "
+        "(ini: aiowheel_every_loop)",
+    )
+    parser.addini(
+        "aiowheel_every_loop",
+        type="bool",
+        default=False,
+        help="with -p aiowheel.pytest: as --aiowheel-every-loop",
     )
     group.addoption(
         "--aiowheel-clock",
@@ -297,14 +325,23 @@ def pytest_configure(config: pytest.Config) -> None:
             "aiowheel.pytest needs pytest-asyncio 1.4 or newer, for its loop factories hook "
             f"(installed: {_version('pytest-asyncio')}): pip install -U 'pytest-asyncio>=1.4'"
         )
-    config.stash[_tally] = Counter()
+    tally: Counter[tuple[str, str]] = Counter()
+    config.stash[_tally] = tally
+    loops = _loops_watch()
+    if config.getoption("aiowheel_every_loop") or config.getini("aiowheel_every_loop"):
+        loops.make_every_loop(_factory(config))
+        tally["every loop", ""] += 0  # the line says "0 on their own stock loops" too
     anyio_plugin = config.pluginmanager.get_plugin("anyio")
     if anyio_plugin is not None:
         config.stash[_restore] = _wrap_anyio(anyio_plugin, config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Put anyio's runner factory back; stop watching loops."""
+    """Put anyio's runner factory and asyncio's functions back; stop watching loops."""
+    global _loops
+    if _loops is not None:
+        _loops.restore()
+        _loops = None
     restore = config.stash.get(_restore, None)
     if restore is not None:
         restore()
@@ -447,6 +484,108 @@ def _wrap_anyio(plugin: Any, config: pytest.Config) -> Callable[[], None]:
     return restore
 
 
+class _Loops:
+    """Every loop of the run, counted or covered.
+
+    Counted: asyncio's ``_set_running_loop``, which every loop calls as it starts running
+    (asyncio's loops through ``asyncio.events``, rloop and uvloop with the function they took
+    from asyncio as they were imported: wrapped here before a suite imports them, at the
+    plugin's first hook), is wrapped to note, for the test under way, each loop that starts
+    running and that the plugin did not make for it: a loop that is not on loop mode is
+    "stock"; one made by ``--aiowheel-every-loop``, "every loop".
+
+    Covered, under ``--aiowheel-every-loop``: ``asyncio.new_event_loop`` (the function
+    ``asyncio.run``, ``asyncio.Runner``, anyio's ``run`` and its blocking portals call when
+    they are given no loop factory, looked up in ``asyncio.events`` at each call) makes a
+    loop-mode loop of the plugin's base. Nothing else changes: the event loop policy is never
+    asked or set (3.14 deprecates it), and the Runner sets its loop as the current one as it
+    does without the plugin. A loop a suite makes itself (its own loop factory, a loop class
+    called directly) is left alone and counted as "stock".
+    """
+
+    def __init__(self) -> None:
+        self.factory: LoopFactory | None = None  # --aiowheel-every-loop's factory
+        self._undo: list[tuple[Any, str, Any]] = []
+        self._active = True  # False once restored: a wrapper a library kept calls through
+
+        import asyncio.events as events
+
+        set_running_loop = events._set_running_loop
+
+        def _set_running_loop(loop: asyncio.AbstractEventLoop | None) -> None:
+            set_running_loop(loop)
+            if loop is not None and _current and self._active:
+                self._note(loop)
+
+        _set_running_loop.__doc__ = set_running_loop.__doc__
+        self._replace(events, "_set_running_loop", set_running_loop, _set_running_loop)
+
+    def _replace(self, module: Any, name: str, original: Any, replacement: Any) -> None:
+        """Set ``module.name`` (and ``asyncio.name``, asyncio's re-export) to ``replacement``."""
+        for owner in (module, asyncio):
+            if getattr(owner, name, None) is original:
+                self._undo.append((owner, name, original))
+                setattr(owner, name, replacement)
+
+    def _note(self, loop: asyncio.AbstractEventLoop) -> None:
+        if getattr(loop, "_aiowheel_every_loop", False):
+            kind = "every loop"
+        elif config_of(loop) is None:
+            kind = "stock"
+        else:
+            return  # a loop-mode loop: the plugin's own, or one the suite made so
+        item = _current[-1]
+        seen = item.stash.get(_seen, None)
+        if seen is None:
+            seen = item.stash[_seen] = set()
+        seen.add(kind)
+
+    def make_every_loop(self, factory: LoopFactory) -> None:
+        """``asyncio.new_event_loop`` makes ``factory``'s loops from now on."""
+        if self.factory is not None:
+            return
+        self.factory = factory
+        import asyncio.events as events
+
+        new_event_loop = events.new_event_loop
+
+        def every_loop() -> asyncio.AbstractEventLoop:
+            if not self._active:
+                return new_event_loop()
+            loop: Any = factory()
+            loop._aiowheel_every_loop = True
+            return loop  # type: ignore[no-any-return]
+
+        every_loop.__doc__ = new_event_loop.__doc__
+        every_loop.__name__ = every_loop.__qualname__ = "new_event_loop"
+        self._replace(events, "new_event_loop", new_event_loop, every_loop)
+
+    def restore(self) -> None:
+        """Put asyncio's functions back."""
+        self._active = False
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+        self._undo.clear()
+
+
+_loops: _Loops | None = None
+
+
+def _loops_watch() -> _Loops:
+    """The run's :class:`_Loops`, made (and asyncio's ``_set_running_loop`` wrapped) once."""
+    global _loops
+    if _loops is None:
+        _loops = _Loops()
+    return _loops
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Wrap ``_set_running_loop`` before the suite's conftests import uvloop or rloop (each
+    keeps the function it finds as it is imported)."""
+    _loops_watch()
+
+
 def _version(distribution: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -464,7 +603,8 @@ def pytest_report_header(config: pytest.Config) -> str:
     fuzzing = config.stash.get(_fuzzing, None)
     if fuzzing is not None and fuzzing.everywhere:
         clock = f", virtual clock, {fuzzing.describe()}"
-    return f"aiowheel: asyncio tests on loop mode, base {base}{clock}{strict}"
+    every = ", every loop" if _loops is not None and _loops.factory is not None else ""
+    return f"aiowheel: asyncio tests on loop mode, base {base}{clock}{strict}{every}"
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-asyncio may be absent: anyio suites need none
@@ -523,7 +663,7 @@ def _base_name(factory: LoopFactory) -> str:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """Count where each async test runs; under ``--aiowheel-strict``, fail one left off;
+    """Note where each async test runs; under ``--aiowheel-strict``, fail one left off;
     under ``--aiowheel-lingering``, note what the loops hold once the test is set up."""
     lingering = item.config.stash.get(_lingering, None)
     if lingering is not None:
@@ -531,11 +671,8 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     where = _where(item)
     run = item.stash.get(_run, None)
     if where is not None and (run is None or run.first):
-        kind, why, virtual = where
-        tally = item.config.stash[_tally]
-        tally[kind, why] += 1
-        if virtual:
-            tally["virtual clock", ""] += 1
+        item.stash[_placed] = where  # counted once the test is over (_count)
+        kind, why, _ = where
         if (
             kind == "left off"
             and why.startswith("own ")
@@ -562,7 +699,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 def summary_line(tally: Mapping[tuple[str, str], int]) -> str:
     """The run's line, from counts of (``"loop mode"``, base) and (``"left off"``, why):
     ``aiowheel: 225 tests on loop mode (asyncio 225); 411 left off (own loop_factory 221,
-    trio 190)``."""
+    trio 190)``; then, if any, the tests that ran loops the plugin did not make
+    (``("stock", "")``): ``; 27 on their own stock loops`` (always said under
+    ``--aiowheel-every-loop``, whose loops are counted by ``("every loop", "")``)."""
     on = {base: n for (kind, base), n in tally.items() if kind == "loop mode"}
     off = {why: n for (kind, why), n in tally.items() if kind == "left off"}
     line = f"aiowheel: {sum(on.values())} tests on loop mode"
@@ -571,20 +710,51 @@ def summary_line(tally: Mapping[tuple[str, str], int]) -> str:
     virtual = tally.get(("virtual clock", ""), 0)
     if virtual:
         line += f", {virtual} on a virtual clock"
+    every = tally.get(("every loop", ""))
+    if every:
+        line += f", {every} on loops --aiowheel-every-loop made"
     line += f"; {sum(off.values())} left off"
     if off:
         line += " (" + ", ".join(f"{why} {n}" for why, n in sorted(off.items())) + ")"
+    stock = tally.get(("stock", ""), 0)
+    if stock or every is not None:
+        line += f"; {stock} on their own stock loops"
     return line
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Remember the test under way: anyio makes its runner (the loop) without naming it."""
+    """Remember the test under way (anyio makes its runner, the loop, without naming it, and
+    a loop that starts running is the test's); once it is over, count where it ran."""
     _current.append(item)
     try:
         return (yield)
     finally:
         _current.pop()
+        _count(item)
+
+
+def _count(item: pytest.Item) -> None:
+    """Add ``item`` to the run's tally: where the plugin put it (``_placed``), and which loops
+    it ran that the plugin did not make for it (``_seen``)."""
+    tally = item.config.stash.get(_tally, None)
+    if tally is None:
+        return
+    where = item.stash.get(_placed, None)
+    seen = item.stash.get(_seen, set())
+    every = "every loop" in seen and "stock" not in seen
+    if where is not None and where[0] == "left off" and where[1].startswith("own ") and every:
+        where = None  # its own factory was asyncio.new_event_loop: --aiowheel-every-loop's
+    if where is not None:
+        kind, why, virtual = where
+        tally[kind, why] += 1
+        if virtual:
+            tally["virtual clock", ""] += 1
+    elif "every loop" in seen and _loops is not None and _loops.factory is not None:
+        tally["loop mode", _base_name(_loops.factory)] += 1
+        tally["every loop", ""] += 1
+    if "stock" in seen and (where is None or where[0] != "left off"):
+        tally["stock", ""] += 1
 
 
 class Clock:

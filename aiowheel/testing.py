@@ -16,9 +16,10 @@ it is exact, is in :mod:`aiowheel._virtual`.
 3600.0
 
 ``autojump=True``: when the loop is idle (no ready callback, nothing in a zero-timeout poll of
-its I/O, no ``run_in_executor`` / ``asyncio.to_thread`` work still running), the clock jumps to
-the next deadline. ``autojump=<seconds>``: only after that much real idle time (for a peer in
-another process). ``autojump=False``: only :func:`advance` moves it.
+its I/O, no work handed to a thread still running: ``run_in_executor``, ``asyncio.to_thread``,
+``anyio.to_thread.run_sync``), the clock jumps to the next deadline. ``autojump=<seconds>``:
+only after that much real idle time (for a peer in another process). ``autojump=False``: only
+:func:`advance` moves it.
 
 Fuzzing time. The exact clock runs every timer on time: one schedule out of the many a real
 loop makes. ``seed=`` (with ``jitter=``, ``stall_rate=``, ``stall=``) picks another, seeded:

@@ -681,3 +681,149 @@ def test_lingering_leaves_a_wider_fixtures_timers_to_it(tmp_path: Path) -> None:
     assert "3 passed, 1 error" in proc.stdout, proc.stdout
     assert "ERROR test_a.py::test_leaves_a_call" in proc.stdout
     assert "heartbeat" not in proc.stdout  # the module fixture's, kept for its tests
+
+
+# -- every loop of the run: counted, or covered under --aiowheel-every-loop -----------------
+
+# Tests that make their own loops, as suites do: none is a pytest-asyncio or anyio test, so
+# without the option the plugin does not make their loops. DeprecationWarning is an error:
+# the option must not touch the event loop policy (3.14 deprecates it).
+OWN_LOOPS = textwrap.dedent(
+    """
+    import asyncio
+    import unittest
+
+    import anyio
+    import anyio.from_thread
+
+    from record import record
+
+
+    async def main():
+        record()
+
+
+    def test_asyncio_run():
+        asyncio.run(main())
+
+
+    def test_runner():
+        with asyncio.Runner() as runner:
+            runner.run(main())
+
+
+    def test_new_event_loop():
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+
+
+    def test_anyio_run():
+        anyio.run(main)
+
+
+    def test_blocking_portal():  # a test client's shape: the app in a portal's own loop
+        with anyio.from_thread.start_blocking_portal() as portal:
+            portal.call(main)
+
+
+    class TestUnittest(unittest.IsolatedAsyncioTestCase):
+        async def test_isolated(self):
+            record()
+
+
+    def test_a_loop_class_of_its_own():  # never switched: counted as a stock loop
+        loop = asyncio.SelectorEventLoop()
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+
+
+    def test_no_loop():
+        pass
+    """
+)
+SWITCHABLE = ["test_asyncio_run", "test_runner", "test_new_event_loop", "test_anyio_run",
+              "test_blocking_portal", "test_isolated"]  # fmt: skip
+STRICT_WARNINGS = "asyncio_default_fixture_loop_scope = function\nfilterwarnings =\n    error"
+
+
+def wheels(records: list[dict[str, Any]]) -> dict[str, str | None]:
+    """Each test's loop: the base of its wheel, or None (a stock loop)."""
+    return {e["test"].rpartition("::")[2]: e["wheel"] for e in records}
+
+
+def test_tests_on_loops_the_plugin_did_not_make_are_counted(tmp_path: Path) -> None:
+    # Before, the line read "0 tests on loop mode; 0 left off" for such a suite.
+    proc, records = run_shape(
+        tmp_path, Shape({"test_a.py": OWN_LOOPS}, ini=STRICT_WARNINGS), "-p", "aiowheel.pytest"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "8 passed" in proc.stdout
+    assert wheels(records) == dict.fromkeys([*SWITCHABLE, "test_a_loop_class_of_its_own"])
+    assert "aiowheel: 0 tests on loop mode; 0 left off; 7 on their own stock loops" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("how", "base", "wheel"),
+    [("option", "asyncio", "_UnixSelectorEventLoop"), ("ini", "uvloop", "Loop")],
+)
+def test_every_loop_puts_every_loop_the_tests_make_on_loop_mode(
+    tmp_path: Path, how: str, base: str, wheel: str
+) -> None:
+    ini = STRICT_WARNINGS + ("\naiowheel_every_loop = true" if how == "ini" else "")
+    args = ["-p", "aiowheel.pytest", "--aiowheel-base", base]
+    if how == "option":
+        args.append("--aiowheel-every-loop")
+    proc, records = run_shape(tmp_path, Shape({"test_a.py": OWN_LOOPS}, ini=ini), *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "8 passed" in proc.stdout and f"base {base}, every loop" in proc.stdout
+    assert wheels(records) == {**dict.fromkeys(SWITCHABLE, wheel),
+                               "test_a_loop_class_of_its_own": None}  # fmt: skip
+    assert (
+        f"aiowheel: 6 tests on loop mode ({base} 6), 6 on loops --aiowheel-every-loop made; "
+        "0 left off; 1 on their own stock loops"
+    ) in proc.stdout
+
+
+def test_the_summary_line_counts_stock_loops() -> None:
+    tally = {("loop mode", "asyncio"): 3, ("left off", "trio"): 2}
+    assert summary_line(tally) == "aiowheel: 3 tests on loop mode (asyncio 3); 2 left off (trio 2)"
+    tally[("stock", "")] = 570
+    assert summary_line(tally).endswith("; 2 left off (trio 2); 570 on their own stock loops")
+    every = {("loop mode", "asyncio"): 4, ("every loop", ""): 1}
+    assert summary_line(every) == (
+        "aiowheel: 4 tests on loop mode (asyncio 4), 1 on loops --aiowheel-every-loop made; "
+        "0 left off; 0 on their own stock loops"
+    )
+
+
+def test_every_loop_changes_asyncio_only_until_restored() -> None:
+    """In this process, without the plugin: asyncio's functions replaced, then given back."""
+    import asyncio.events
+
+    import aiowheel
+    from aiowheel import pytest as plugin
+
+    originals = (asyncio.new_event_loop, asyncio.events._set_running_loop)
+    loops = plugin._Loops()
+    try:
+        loops.make_every_loop(aiowheel.loop_factory())
+        assert asyncio.new_event_loop is asyncio.events.new_event_loop
+        assert asyncio.new_event_loop is not originals[0]
+        loop = asyncio.new_event_loop()
+        try:
+            assert aiowheel.config_of(loop) is not None
+            assert loop.run_until_complete(asyncio.sleep(0, "ran")) == "ran"
+        finally:
+            loop.close()
+    finally:
+        loops.restore()
+    assert (asyncio.new_event_loop, asyncio.events._set_running_loop) == originals
+    assert asyncio._set_running_loop is originals[1]
+    loop = asyncio.new_event_loop()
+    loop.close()
+    assert aiowheel.config_of(loop) is None

@@ -1,0 +1,198 @@
+"""The virtual clock and threads (aiowheel._virtual, "Threads"): work a virtual loop hands to a
+thread, through asyncio (``run_in_executor``, ``asyncio.to_thread``) or anyio
+(``anyio.to_thread.run_sync``, which runs in anyio's own worker threads), is waited for in real
+time with the clock standing still; a thread that calls back into the loop and waits (
+``run_coroutine_threadsafe``, ``anyio.from_thread.run``, a blocking portal) lets the clock move
+while it waits. On every installed base.
+
+Wall-time bounds here are generous (tens of seconds for work of 0.1 s): they only catch a
+deadlock, never time a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import pytest
+
+import aiowheel.testing as testing
+from aiowheel import _virtual
+from tests.support import Base, run_python
+
+WORK = 0.1  # seconds of real work in a thread
+
+
+def _in_a_thread(how: str) -> Awaitable[Any]:
+    """``time.sleep(WORK)`` handed to a thread ``how``."""
+    loop = asyncio.get_running_loop()
+    if how == "anyio.to_thread.run_sync":
+        return anyio.to_thread.run_sync(time.sleep, WORK)
+    if how == "asyncio.to_thread":
+        return asyncio.to_thread(time.sleep, WORK)
+    if how == "run_in_executor":
+        return loop.run_in_executor(None, time.sleep, WORK)
+    assert how == "run_in_executor(own pool)"
+
+    async def own_pool() -> None:
+        with ThreadPoolExecutor(1) as pool:
+            await loop.run_in_executor(pool, time.sleep, WORK)
+
+    return own_pool()
+
+
+HOWS = [
+    "anyio.to_thread.run_sync",
+    "asyncio.to_thread",
+    "run_in_executor",
+    "run_in_executor(own pool)",
+]
+
+
+async def the_issue_shape(how: str) -> tuple[str, float]:
+    """Issue 37's shape: 0.1 s of work in a thread under ``anyio.fail_after(5)``; what it
+    gives and the virtual time it took."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    try:
+        with anyio.fail_after(5):
+            await _in_a_thread(how)
+        result = "done"
+    except TimeoutError:
+        result = "timed out"
+    return result, loop.time() - start
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_work_in_a_thread_is_waited_for_with_the_clock_standing_still(base: Base, how: str) -> None:
+    # Before: anyio's worker threads were invisible, and the clock jumped to the deadline
+    # while the thread worked (anyio.to_thread.run_sync ended at virtual 5.0).
+    assert testing.run(the_issue_shape(how), base=base) == ("done", 0.0)
+
+
+def test_a_blocking_portals_loop_waits_for_its_threads(base: Base) -> None:
+    """A virtual loop run by anyio's blocking portal, in a thread of its own (idle between two
+    calls, its clock may move: each call measures its own time)."""
+    options = {"loop_factory": testing.virtual_loop_factory(base)}
+    with anyio.from_thread.start_blocking_portal("asyncio", options) as portal:
+        for how in HOWS:
+            assert portal.call(the_issue_shape, how) == ("done", 0.0), how
+
+
+# -- a thread that calls back into the loop and waits ----------------------------------------
+
+
+def _call_back(how: str, portal: Any) -> Callable[[], str]:
+    """A job: wait for a 1 s sleep on the loop, then work WORK in the thread."""
+    loop = asyncio.get_running_loop()
+
+    def job() -> str:
+        if how == "run_coroutine_threadsafe":
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(1), loop).result()
+        elif how == "anyio.from_thread.run":
+            anyio.from_thread.run(anyio.sleep, 1)
+        else:
+            assert how == "BlockingPortal.call"
+            portal.call(anyio.sleep, 1)
+        time.sleep(WORK)  # the thread works on: the clock must wait for it again
+        return "done"
+
+    return job
+
+
+clocks: list[Any] = []  # the clock of the loop under test (for _no_deadlock)
+
+
+async def calls_back(how: str) -> tuple[str, float]:
+    """A thread waits for the loop's sleep(1), then works; a racer sleeps 3 s meanwhile."""
+    loop = asyncio.get_running_loop()
+    clocks.append(testing.clock_of(loop))
+    async with anyio.from_thread.BlockingPortal() as portal:
+        job = _call_back(how, portal)
+        work = (
+            asyncio.ensure_future(asyncio.to_thread(job))
+            if how == "run_coroutine_threadsafe"
+            else asyncio.ensure_future(anyio.to_thread.run_sync(job))
+        )
+        racer = asyncio.ensure_future(asyncio.sleep(3))
+        done, _ = await asyncio.wait([work, racer], return_when=asyncio.FIRST_COMPLETED)
+        assert done == {work}, "the clock jumped while the thread worked"
+        at = loop.time()
+        await racer
+        return work.result(), at
+
+
+def _no_deadlock(main: Callable[[], Any]) -> Any:
+    """Run ``main`` in a thread; if it is stuck after 30 s (the clock waiting for a thread
+    that waits for the clock), let the clock move so that everything ends, and fail."""
+    clocks.clear()
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(main()), daemon=True)
+    thread.start()
+    thread.join(30)
+    if thread.is_alive():
+        clock = clocks[-1]
+
+        def unstick() -> None:
+            clock._lent += 1000
+
+        clock._loop.call_soon_threadsafe(unstick)
+        thread.join(30)
+        pytest.fail("deadlock: the clock waited for a thread that waited for the clock")
+    return result[0]
+
+
+@pytest.mark.parametrize(
+    "how", ["run_coroutine_threadsafe", "anyio.from_thread.run", "BlockingPortal.call"]
+)
+def test_a_thread_waiting_on_the_loop_lets_the_clock_move(base: Base, how: str) -> None:
+    # Before: the job counted while its thread waited for the loop's sleep, which the clock
+    # could never reach (a deadlock). Now the sleep runs at 1.0, and the work that follows in
+    # the thread is waited for: the thread is done before the racer's 3 s.
+    result = _no_deadlock(lambda: testing.run(calls_back(how), base=base))
+    assert result == ("done", 1.0)
+
+
+def test_only_virtual_loops_count_anyios_jobs() -> None:
+    """On a loop without a virtual clock, anyio's entry point is anyio's own: the thread runs
+    the function itself, marked as no job."""
+
+    def seen() -> object:
+        return getattr(_virtual._threads, "job", None)
+
+    async def main() -> tuple[object, object]:
+        return await anyio.to_thread.run_sync(seen), await asyncio.to_thread(seen)
+
+    assert asyncio.run(main()) == (None, None)
+    jobs = testing.run(main())
+    assert all(isinstance(job, _virtual._Job) for job in jobs)
+
+
+@pytest.mark.once  # an import order, the same on every interpreter and build
+def test_anyio_imported_after_the_virtual_loop_is_made() -> None:
+    """The backend module imported inside the running loop (lazily, by anyio's first call)
+    is wrapped as it is imported; the finder that waited for it leaves sys.meta_path."""
+    script = """
+import asyncio, sys, time
+import aiowheel.testing as testing
+from aiowheel import _virtual
+
+async def main():
+    assert "anyio" not in sys.modules
+    import anyio, anyio.to_thread
+    with anyio.fail_after(5):
+        await anyio.to_thread.run_sync(time.sleep, 0.1)
+    return asyncio.get_running_loop().time()
+
+print(testing.run(main()), any(isinstance(f, _virtual._AnyioFinder) for f in sys.meta_path))
+"""
+    proc = run_python(["-c", script])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0.0", "False"]
