@@ -9,6 +9,11 @@ ran the same tests, and when the wheels of the loops made really took timers.
 A test that fails under loop mode only is run once more, alone, in both modes: these are
 CPython's real-time tests on a shared 2-core machine. It counts as a failure unless it then
 passes under loop mode; a retried test is printed either way, never hidden.
+
+The harness runs are started ahead, a few at a time (``_Runs``): most of a run's time is
+CPython's tests sleeping on the real clock, so two to four of them side by side take little
+longer than one, and CI runs these modules on seven interpreter and build passes. A test waits
+for its own runs, and a run that has finished frees its place for the next one.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +49,103 @@ if sys.version_info >= (3, 14):
     MODULES += ["test_graph", "test_free_threading"]
 
 
+# How many harness runs may be under way at once (each is a fresh interpreter that mostly
+# sleeps; more would turn CPython's real-time tests into a contest for the two cores).
+AT_ONCE = 3
+
+Run = tuple[str, str, tuple[str, ...]]
+
+
+class _Runs:
+    """The harness runs this module's selected tests will ask for, started ahead in order,
+    at most :data:`AT_ONCE` at a time. Each writes to files of its own, so that one waiting to
+    be read never blocks on a full pipe."""
+
+    def __init__(self) -> None:
+        self.queued: list[Run] = []
+        self.started: dict[Run, tuple[subprocess.Popen[bytes], Any, Any]] = {}
+
+    def plan(self, runs: list[Run]) -> None:
+        self.queued += [run for run in runs if run not in self.queued]
+        self.top_up()
+
+    def top_up(self) -> None:
+        while self.queued and len(self.started) < AT_ONCE:
+            run = self.queued.pop(0)
+            self.started[run] = self._start(run)
+
+    @staticmethod
+    def _start(run: Run) -> tuple[subprocess.Popen[bytes], Any, Any]:
+        loop, mode, tests = run
+        # Closed by _read or close(): they outlive this function.
+        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, str(HARNESS), "--loop", loop, "--mode", mode, *tests],
+            stdout=out,
+            stderr=err,
+        )
+        return proc, out, err
+
+    def result(self, run: Run) -> dict[str, Any]:
+        started = self.started.pop(run, None)
+        if started is None:  # not started yet, or a retry: now
+            if run in self.queued:
+                self.queued.remove(run)
+            started = self._start(run)
+        proc, out, err = started
+        try:
+            proc.wait(timeout=900)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self.top_up()
+        stdout, stderr = (_read(f) for f in (out, err))
+        lines = stdout.strip().splitlines()
+        assert lines, f"the harness printed nothing (exit {proc.returncode}):\n{stderr[-4000:]}"
+        result: dict[str, Any] = json.loads(lines[-1])
+        result["stderr"] = stderr
+        return result
+
+    def close(self) -> None:
+        for proc, out, err in self.started.values():
+            proc.kill()
+            proc.wait()
+            out.close()
+            err.close()
+        self.started.clear()
+        self.queued.clear()
+
+
+def _read(file: Any) -> str:
+    file.seek(0)
+    text: str = file.read().decode(errors="replace")
+    file.close()
+    return text
+
+
+_RUNS = _Runs()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _start_ahead(request: pytest.FixtureRequest) -> Any:
+    """Plan the runs of every selected test of this module, and start the first ones."""
+    planned: list[Run] = []
+    for item in request.session.items:
+        if getattr(item, "module", None) is not sys.modules[__name__]:
+            continue
+        loop = item.callspec.params["loop"]
+        if item.originalname == "test_cpython_asyncio_tests_pass_under_loop_mode":
+            planned += [(loop, "base", tuple(MODULES)), (loop, "wheel", tuple(MODULES))]
+        else:
+            modules = tuple(VIRTUAL_MODULES)
+            planned += [(loop, "base", modules), (loop, "virtual", modules)]
+    _RUNS.plan(planned)
+    yield
+    _RUNS.close()
+
+
 def _run(loop: str, mode: str, tests: list[str]) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, str(HARNESS), "--loop", loop, "--mode", mode, *tests],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    lines = proc.stdout.strip().splitlines()
-    assert lines, f"the harness printed nothing (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-    result: dict[str, Any] = json.loads(lines[-1])
-    result["stderr"] = proc.stderr
-    return result
+    return _RUNS.result((loop, mode, tuple(tests)))
 
 
 def _loops() -> list[str]:
