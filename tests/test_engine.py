@@ -48,7 +48,12 @@ async def test_a_callback_can_cancel_a_sibling_dispatched_in_the_same_pass() -> 
 
         timer.call_at(when, first)
         second.append(timer.call_at(when, fired.append, "second"))
-        await asyncio.sleep(0.05)
+        # Filed last at the same deadline: it runs after the other two in the same pass. (A
+        # fixed sleep raced the pass on a loaded machine: the reaper's batch is a loop callback
+        # queued behind the sleeping task's wake-up when both came due in one iteration.)
+        done = asyncio.get_running_loop().create_future()
+        timer.call_at(when, done.set_result, None)
+        await asyncio.wait_for(done, 10)
         assert fired == ["first"]
         assert second[0].cancelled()
 
