@@ -119,8 +119,11 @@ class Timeout(_Timed):
         # engine's lazy push-back (a thread check, a clock read, two comparisons, one store;
         # the entry keeps its bucket and is re-filed from `_when` when that bucket comes due).
         # While filed in the wheel, _soon is None (the two never coexist).
-        if when is not None and not isinstance(when, float):
-            when = seconds("deadline", when)  # a bad deadline changes nothing
+        if when is not None:  # a bad deadline changes nothing
+            if not isinstance(when, float):
+                when = seconds("reschedule(): deadline", when)
+            if when != when:
+                raise ValueError("reschedule(): deadline must not be NaN")
         owner = self._owner
         if when is not None and owner._push_back(self, when):
             self._deadline = when

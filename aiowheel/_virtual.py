@@ -245,7 +245,7 @@ class VirtualClock:
         """Move the clock ``seconds`` forward, running each timer due on the way at its own
         deadline and letting what it wakes run before the clock moves on; a future that is
         done once the clock is there (:func:`aiowheel.testing.advance` awaits it)."""
-        seconds = _validate.advance(seconds)
+        seconds = _validate.advance(seconds, "advance()")
         loop = self._loop
         future: asyncio.Future[None] = loop.create_future()
         heapq.heappush(self._advances, (self._now + seconds, next(self._order), future))
