@@ -130,7 +130,7 @@ def threshold(value: object, where: str) -> float:
     return result
 
 
-#: The most buckets per level a wheel takes (``aiowheel._wheel.MAX_SLOTS``).
+#: The most buckets per level of a timing wheel (2**20).
 MAX_SLOTS: Final = 1 << 20
 
 
