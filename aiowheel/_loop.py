@@ -157,6 +157,28 @@ class LoopConfig:
     the loop's own, real clock. A virtual loop puts every timer on the wheel, whatever the
     threshold."""
 
+    def __post_init__(self) -> None:
+        # Made by hand too (it is public): the checks loop_factory makes, named LoopConfig().
+        if self.base is None:  # loop_factory's default is its own: a config names its base
+            raise TypeError(
+                "LoopConfig(): base must be an event loop class (a subclass of "
+                "asyncio.AbstractEventLoop, such as uvloop.Loop), got None"
+            )
+        _check_base(self.base, "LoopConfig()")
+        _validate.tick(self.tick, "LoopConfig()")
+        if self.clock is None:
+            _validate.threshold(self.threshold, "LoopConfig()")
+        elif not isinstance(self.clock, VirtualTime):
+            raise TypeError(
+                "LoopConfig(): clock must be an aiowheel.testing.VirtualTime or None, "
+                f"got {type(self.clock).__name__}"
+            )
+        elif self.threshold != -_INF:
+            raise ValueError(
+                "LoopConfig(): threshold must be -inf on a virtual clock (every timer on the "
+                f"wheel), got {self.threshold!r}"
+            )
+
 
 class _LoopMode:
     """The part of every loop-mode class that is not its base loop's (see the module doc)."""
@@ -456,10 +478,13 @@ class _BaseHeap:
 
 
 # The callbacks by which a loop's call_at / call_later can tell what the user called: an
-# asyncio.Timeout's (asyncio.timeout(), timeout_at(), wait_for() on 3.12+, reschedule()) and
-# asyncio.sleep's. Read on the slow path only, to name a refused deadline.
+# asyncio.Timeout's (asyncio.timeout(), timeout_at(), wait_for() on 3.12+, reschedule()),
+# asyncio.sleep's and asyncio.wait's. Read on the slow path only, to name a refused deadline.
 _ASYNCIO_TIMEOUT: Final[type | None] = getattr(asyncio, "Timeout", None)
 _ASYNCIO_SLEEP_CALLBACK: Final = getattr(asyncio.futures, "_set_result_unless_cancelled", None)
+# asyncio.wait(timeout=) files loop.call_later(timeout, _release_waiter, waiter); so does
+# asyncio.wait_for on 3.11 (3.12's goes through asyncio.timeout).
+_ASYNCIO_WAIT_CALLBACK: Final = getattr(asyncio.tasks, "_release_waiter", None)
 
 
 def _named(method: str, callback: object) -> str:
@@ -473,8 +498,11 @@ def _named(method: str, callback: object) -> str:
     owner = getattr(callback, "__self__", None)
     if _ASYNCIO_TIMEOUT is not None and isinstance(owner, _ASYNCIO_TIMEOUT):
         return "asyncio.timeout() / timeout_at() / Timeout.reschedule(): deadline"
-    if method == "call_later" and callback is _ASYNCIO_SLEEP_CALLBACK is not None:
-        return "asyncio.sleep(): delay"
+    if method == "call_later" and callback is not None:
+        if callback is _ASYNCIO_SLEEP_CALLBACK:
+            return "asyncio.sleep(): delay"
+        if callback is _ASYNCIO_WAIT_CALLBACK:
+            return "asyncio.wait_for() / asyncio.wait(): timeout"
     return "call_at(): deadline" if method == "call_at" else "call_later(): delay"
 
 
@@ -670,6 +698,10 @@ class LoopFactory:
     __slots__ = ("_cls", "config")
 
     def __init__(self, config: LoopConfig) -> None:
+        if not isinstance(config, LoopConfig):
+            raise TypeError(
+                f"{type(self).__name__}(): config must be a LoopConfig, got {type(config).__name__}"
+            )
         self.config: Final = config
         """What the loops it makes are: base, tick and threshold."""
         self._cls: Final = _loop_class(config)

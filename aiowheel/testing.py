@@ -279,6 +279,12 @@ def first_divergence(
 ) -> str | None:
     """Where two traces (:meth:`VirtualClock.trace`) part, with ``context`` events before it
     from both; None if they are equal."""
+    if isinstance(context, bool) or not isinstance(context, int):
+        raise TypeError(
+            f"first_divergence(): context must be an int >= 0, got {type(context).__name__}"
+        )
+    if context < 0:
+        raise ValueError(f"first_divergence(): context must be an int >= 0, got {context!r}")
     for index in range(max(len(first), len(second))):
         a = first[index] if index < len(first) else None
         b = second[index] if index < len(second) else None
@@ -313,9 +319,14 @@ def check_determinism(
 
     >>> aiowheel.testing.check_determinism(lambda: client(retries=3), seed=11)
     """
+    if not callable(main):
+        raise TypeError(
+            "check_determinism(): main must be a function returning a coroutine (it runs "
+            f"twice), got {type(main).__name__}"
+        )
     traces = []
-    factory = virtual_loop_factory(
-        base, seed=seed, jitter=jitter, stall_rate=stall_rate, stall=stall
+    factory = _factory(
+        "check_determinism()", base, True, 0.0, _DEFAULT_TICK, seed, jitter, stall_rate, stall
     )
     for _ in range(2):
         with asyncio.Runner(loop_factory=factory) as runner:
