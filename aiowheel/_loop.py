@@ -485,6 +485,16 @@ _ASYNCIO_SLEEP_CALLBACK: Final = getattr(asyncio.futures, "_set_result_unless_ca
 # asyncio.wait(timeout=) files loop.call_later(timeout, _release_waiter, waiter); so does
 # asyncio.wait_for on 3.11 (3.12's goes through asyncio.timeout).
 _ASYNCIO_WAIT_CALLBACK: Final = getattr(asyncio.tasks, "_release_waiter", None)
+_TIMEOUT_NAMES: Final = (
+    "asyncio.timeout() / timeout_at() / Timeout.reschedule(): deadline"
+    if sys.version_info < (3, 12)
+    else "asyncio.timeout() / timeout_at() / wait_for() / Timeout.reschedule(): deadline"
+)
+_WAIT_NAMES: Final = (
+    "asyncio.wait_for() / asyncio.wait(): timeout"
+    if sys.version_info < (3, 12)
+    else "asyncio.wait(): timeout"
+)
 
 
 def _named(method: str, callback: object) -> str:
@@ -497,12 +507,12 @@ def _named(method: str, callback: object) -> str:
     """
     owner = getattr(callback, "__self__", None)
     if _ASYNCIO_TIMEOUT is not None and isinstance(owner, _ASYNCIO_TIMEOUT):
-        return "asyncio.timeout() / timeout_at() / Timeout.reschedule(): deadline"
+        return _TIMEOUT_NAMES
     if method == "call_later" and callback is not None:
         if callback is _ASYNCIO_SLEEP_CALLBACK:
             return "asyncio.sleep(): delay"
         if callback is _ASYNCIO_WAIT_CALLBACK:
-            return "asyncio.wait_for() / asyncio.wait(): timeout"
+            return _WAIT_NAMES
     return "call_at(): deadline" if method == "call_at" else "call_later(): delay"
 
 
