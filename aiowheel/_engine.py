@@ -1434,7 +1434,9 @@ def _refuse_call(where: str, callback: object, context: object) -> NoReturn:
     )
 
 
-def _check_not_coroutine_function(callback: Callable[..., object], where: str = "call_at()") -> None:
+def _check_not_coroutine_function(
+    callback: Callable[..., object], where: str = "call_at()"
+) -> None:
     # asyncio makes this check in debug mode only, for its cost; so do we.
     if inspect.iscoroutinefunction(callback):
         raise TypeError(

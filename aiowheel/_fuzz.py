@@ -75,7 +75,9 @@ class Fuzz:
         return cls(
             fuzz_seed(f"{prefix}seed", seed),
             fuzz_number(f"{prefix}jitter", jitter),
-            fuzz_number(f"{prefix}{'stall-rate' if option else 'stall_rate'}", stall_rate, at_most=1.0),
+            fuzz_number(
+                f"{prefix}{'stall-rate' if option else 'stall_rate'}", stall_rate, at_most=1.0
+            ),
             fuzz_number(f"{prefix}stall", stall),
         )
 

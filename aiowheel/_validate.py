@@ -16,7 +16,8 @@ boundary of a compiled function, with its own words: ``call_later("5", cb)`` wou
 ``TypeError: float object expected; got str`` before aiowheel's own check could say
 ``call_later(): delay must be a real number of seconds, got str``, and ``Timer(slots=64.0)``
 mypyc's ``int object expected; got float`` instead of aiowheel's message naming ``Timer()``.
-The bad-input contract must not depend on the build, so every public parameter that takes a number or a name is annotated ``T | Unchecked``:
+The bad-input contract must not depend on the build, so every public parameter that takes a
+number or a name is annotated ``T | Unchecked``:
 
 - to a type checker that is ``T``, since no value has the type :class:`Unchecked` (a protocol
   with a method nothing defines); users keep exactly asyncio's annotations (``float`` for

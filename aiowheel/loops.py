@@ -94,8 +94,8 @@ def _announce(factory: str, base: type[asyncio.AbstractEventLoop] | None) -> Non
 def base_class(name: str) -> type[asyncio.AbstractEventLoop] | None:
     """The event loop class of base ``name`` (None for asyncio's default loop).
 
-    ValueError for a name not in :data:`BASES` (TypeError for what is not a str); ImportError, naming the pip extra, for a base
-    library that is not installed.
+    ValueError for a name not in :data:`BASES` (TypeError for what is not a str); ImportError,
+    naming the pip extra, for a base library that is not installed.
     """
     if not isinstance(name, str):
         raise TypeError(

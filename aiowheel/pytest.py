@@ -226,7 +226,9 @@ def _factory(
         if clock is None:
             found = loop_factory(base_loop)
         else:
-            found = _FuzzableFactory(virtual_loop_factory(base_loop, _TICK, *clock, f"@pytest.mark.{_MARKER}").config)
+            found = _FuzzableFactory(
+                virtual_loop_factory(base_loop, _TICK, *clock, f"@pytest.mark.{_MARKER}").config
+            )
         _factories[key] = found
     return found
 
@@ -261,7 +263,9 @@ def _marked_clock(item: pytest.Item, marker: pytest.Mark) -> tuple[bool | float,
             )
         kind = marker.args[0] if marker.args else "virtual"
         if kind not in CLOCKS:
-            raise ValueError(f"{where}: must be one of {', '.join(map(repr, CLOCKS))}, got {kind!r}")
+            raise ValueError(
+                f"{where}: must be one of {', '.join(map(repr, CLOCKS))}, got {kind!r}"
+            )
         if kind == "real":
             if marker.kwargs:
                 raise TypeError(f"{where}: 'real' takes no keywords")

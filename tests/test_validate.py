@@ -126,8 +126,14 @@ async def test_a_nan_is_refused_by_the_name_the_user_gave_it(
     [
         (lambda t: t.sleep(math.nan), r"sleep\(\): delay must not be NaN"),
         (lambda t: t.sleep_until(math.nan), r"sleep_until\(\): deadline must not be NaN"),
-        (lambda t: t.wait_for(asyncio.sleep(1), math.nan), r"wait_for\(\): timeout must not be NaN"),
-        (lambda t: aiowheel.wait_for(asyncio.sleep(1), math.nan), r"wait_for\(\): timeout must not be NaN"),
+        (
+            lambda t: t.wait_for(asyncio.sleep(1), math.nan),
+            r"wait_for\(\): timeout must not be NaN",
+        ),
+        (
+            lambda t: aiowheel.wait_for(asyncio.sleep(1), math.nan),
+            r"wait_for\(\): timeout must not be NaN",
+        ),
     ],
     ids=["sleep", "sleep_until", "wait_for", "aiowheel.wait_for"],
 )
