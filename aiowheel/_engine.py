@@ -1018,8 +1018,12 @@ class Engine(Owner):
         context: contextvars.Context | None,
         where: str,
     ) -> Handle:
-        """call_at's hot path, once the loop is checked: refuse a non-callable or a context
-        that is not one (``where`` names the function called: ``"call_at()"``), then file."""
+        """call_at's hot path, once the loop is checked: refuse a NaN deadline (here, where
+        ``when`` is a native float in the compiled build: the test costs nothing), a
+        non-callable or a context that is not one (``where`` names the function called:
+        ``"call_at()"``), then file."""
+        if when != when:
+            raise ValueError(f"{where}: deadline must not be NaN")
         if not _callable(callback) or (
             context is not None and not isinstance(context, contextvars.Context)
         ):

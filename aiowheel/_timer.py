@@ -155,9 +155,7 @@ class Timer(Engine):
             self._check_loop()
         if not isinstance(when, float):
             when = seconds("call_at(): deadline", when)
-        if when != when:
-            raise ValueError("call_at(): deadline must not be NaN")
-        return self._call(when, callback, args, context, "call_at()")
+        return self._call(when, callback, args, context, "call_at()")  # NaN refused there
 
     def call_later(
         self,
@@ -171,7 +169,9 @@ class Timer(Engine):
             self._check_loop()
         if not isinstance(delay, float):
             delay = seconds("call_later(): delay", delay)
-        if delay != delay:
+            if delay != delay:  # a NaN of another type (Decimal, NumPy), now a float
+                raise ValueError("call_later(): delay must not be NaN")
+        elif delay != delay:
             raise ValueError("call_later(): delay must not be NaN")
         return self._call(self._clock() + delay, callback, args, context, "call_later()")
 
