@@ -7,10 +7,10 @@ loop holds no timer and runs no task but the test's: a refused call changes noth
 builds give the same exception and message for every row
 (:func:`test_both_builds_answer_every_row_alike`).
 
-The edges of single rooms stay in their own tests: NaN's many spellings
-(``tests/test_validate.py``), the middlewares' every option (``tests/integration/
-test_deadlines.py``), OpenTelemetry's attributes (``tests/test_otel.py``), the pytest plugin's
-options and markers (``tests/test_pytest_plugin.py``: usage errors), the purgatory's
+The edges of single rooms stay in their own tests, a row or two of each here: NaN's many
+spellings (``tests/test_validate.py``), the middlewares' every option (``tests/integration/
+test_deadlines.py``); the pytest plugin's options and markers are usage errors
+(``tests/test_pytest_plugin.py``), and the purgatory's are its room's
 (``tests/test_purgatory.py``).
 """
 
@@ -28,8 +28,10 @@ from typing import Any
 import pytest
 
 import aiowheel
+import aiowheel.aiohttp
 import aiowheel.asgi
 import aiowheel.loops
+import aiowheel.otel
 import aiowheel.testing
 from aiowheel import LoopConfig, LoopFactory, Timer
 from aiowheel.testing import VirtualTime
@@ -322,6 +324,15 @@ ROWS: dict[str, Row] = {
                                    "budget_header()", "grpc"),
     "asgi.parse_timeout_header": Row(NO, lambda e: aiowheel.asgi.parse_timeout_header(b"5"), T,
                                      "parse_timeout_header()", "value"),
+    "aiohttp.deadline_middleware": Row(NO, lambda e: aiowheel.aiohttp.deadline_middleware(
+        timeout=math.inf), V, "deadline_middleware()", "timeout"),
+    "aiohttp.deadline_middleware-body": Row(NO, lambda e: aiowheel.aiohttp.deadline_middleware(
+        timeout=1, body="late"), T, "deadline_middleware()", "body"),
+    # -- aiowheel.otel ---------------------------------------------------------------------------
+    "otel.instrument-loop": Row(L, lambda e: aiowheel.otel.instrument("loop"), T, "instrument()",
+                                "loop"),
+    "otel.instrument-attributes": Row(L, lambda e: aiowheel.otel.instrument(attributes=[1]), T,
+                                      "instrument()", "attributes"),
 }
 # fmt: on
 
