@@ -357,6 +357,21 @@ _deadline_sources: Final[list[Callable[[asyncio.Task[Any]], float | None]]] = []
 :mod:`aiowheel.asgi`'s requests share one wheel entry per tick, and keep their own."""
 
 
+def _current_task(
+    loop: object, where: str
+) -> tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None:
+    """``loop`` (checked, naming ``where``; None: the running loop) and its current task, or
+    None if there is no loop running or no task."""
+    if loop is None:
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            return None
+    else:
+        loop = checked_loop(loop, where)
+    task = asyncio.current_task(loop)
+    return None if task is None else (loop, task)
+
+
 def current_deadline(loop: asyncio.AbstractEventLoop | None = None) -> float | None:
     """The earliest deadline (loop time) of the timeouts guarding the current task of ``loop``
     (default: the running loop), or None (no timeout, no loop running, or not in a task):
@@ -368,15 +383,10 @@ def current_deadline(loop: asyncio.AbstractEventLoop | None = None) -> float | N
     >>> async with asyncio.timeout(5):
     ...     aiowheel.current_deadline() - loop.time()    # about 5
     """
-    if loop is None:
-        loop = asyncio._get_running_loop()
-        if loop is None:
-            return None
-    else:
-        loop = checked_loop(loop, "current_deadline()")
-    task = asyncio.current_task(loop)
-    if task is None:
+    found = _current_task(loop, "current_deadline()")
+    if found is None:
         return None
+    loop, task = found
     deadlines = [engine._deadline_for(task) for engine in engines_of(loop)]
     deadlines.extend(source(task) for source in _deadline_sources)
     for _handle, when, callback, _args, _traceback in _base_heap(loop):
@@ -398,15 +408,10 @@ def time_left(loop: asyncio.AbstractEventLoop | None = None) -> float | None:
 
     >>> await conn.execute(query, timeout=aiowheel.time_left())
     """
-    if loop is None:
-        loop = asyncio._get_running_loop()
-        if loop is None:
-            return None
-    else:
-        loop = checked_loop(loop, "time_left()")
-    task = asyncio.current_task(loop)
-    if task is None:
+    found = _current_task(loop, "time_left()")
+    if found is None:
         return None
+    loop, task = found
     if task.cancelling():
         return 0.0
     deadline = current_deadline(loop)

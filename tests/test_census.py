@@ -323,6 +323,30 @@ def test_current_deadline_sees_the_timeouts_guarding_this_task(base: Base) -> No
     assert testing.run(deadlines(), base=base) == expected
 
 
+def test_every_inspection_function_takes_the_loop_it_is_asked_about() -> None:
+    # #37: loop=None is the running loop; a loop given is asked about, running or not.
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        idle = aiowheel.new_event_loop()  # not running: no current task, no deadline
+        try:
+            async with asyncio.timeout(30):
+                return [
+                    aiowheel.current_deadline(loop) == aiowheel.current_deadline(),
+                    whole(aiowheel.time_left(loop) or -1),
+                    aiowheel.timer_of() is aiowheel.timer_of(loop) is not None,
+                    aiowheel.config_of() == aiowheel.config_of(loop) != None,  # noqa: E711
+                    testing.clock_of() is testing.clock_of(loop) is not None,
+                    aiowheel.current_deadline(idle),
+                    aiowheel.time_left(idle),
+                    aiowheel.timer_of(idle) is not aiowheel.timer_of(loop),
+                    len(aiowheel.pending_timers(idle)),
+                ]
+        finally:
+            idle.close()
+
+    assert testing.run(main()) == [True, 30, True, True, True, None, None, True, 0]
+
+
 def test_current_deadline_on_asyncios_own_loop_and_outside_a_task() -> None:
     assert aiowheel.current_deadline() is None and aiowheel.time_left() is None
 
