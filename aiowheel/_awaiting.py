@@ -144,9 +144,9 @@ async def wait_for(
         if timeout is None or isinstance(timeout, float):
             limit = timeout
         else:
-            limit = _seconds("timeout", timeout)
+            limit = _seconds("wait_for(): timeout", timeout)
         if limit is not None and limit != limit:
-            raise ValueError("timeout must not be NaN")
+            raise ValueError("wait_for(): timeout must not be NaN")
         guard = None if limit is not None and limit <= 0 else make_timeout(limit)
     except BaseException:
         if asyncio.iscoroutine(aw):

@@ -43,6 +43,7 @@ from ._observe import asyncio_timeout_task, classify, lag_bounds, origin_key
 __all__ = [
     "KINDS",
     "LoopLag",
+    "checked_loop",
     "PendingTimer",
     "current_deadline",
     "loop_lag",
@@ -86,11 +87,27 @@ class PendingTimer(NamedTuple):
     """The task it serves or that filed it, where known."""
 
 
-def _loop_of(loop: object) -> asyncio.AbstractEventLoop:
+def _loop_of(loop: object, where: str) -> asyncio.AbstractEventLoop:
+    """The loop an inspection function asks about: ``loop``, or with None the running loop;
+    TypeError for what is not a loop, RuntimeError with none running (both naming
+    ``where``, the function called, and what to pass)."""
     if loop is None:
-        return asyncio.get_running_loop()
+        running = asyncio._get_running_loop()
+        if running is None:
+            raise RuntimeError(
+                f"{where}: no running event loop in this thread; pass the loop to inspect, "
+                f"{where[:-1]}loop)"
+            )
+        return running
+    return checked_loop(loop, where)
+
+
+def checked_loop(loop: object, where: str) -> asyncio.AbstractEventLoop:
+    """``loop`` if it is an event loop; else TypeError naming ``where``."""
     if not isinstance(loop, asyncio.AbstractEventLoop):
-        raise TypeError(f"loop must be an asyncio event loop, got {type(loop).__name__}")
+        raise TypeError(
+            f"{where}: loop must be an asyncio event loop or None, got {type(loop).__name__}"
+        )
     return loop
 
 
@@ -172,7 +189,7 @@ def pending_timers(loop: asyncio.AbstractEventLoop | None = None) -> list[Pendin
     >>> for timer in aiowheel.pending_timers():
     ...     print(f"{timer.when:.3f} {timer.kind:9} {timer.origin}")
     """
-    return [timer for _, timer in pending(_loop_of(loop))]
+    return [timer for _, timer in pending(_loop_of(loop, "pending_timers()"))]
 
 
 def pending(loop: asyncio.AbstractEventLoop) -> list[tuple[object, PendingTimer]]:
@@ -229,11 +246,11 @@ def timer_census(
         # A bad type is a TypeError, a bad value a ValueError, named by the function (#37).
         if isinstance(top, bool) or not isinstance(top, int):
             raise TypeError(
-                f"timer_census() top must be a positive int or None, got {type(top).__name__}"
+                f"timer_census(): top must be a positive int or None, got {type(top).__name__}"
             )
         if top < 1:
-            raise ValueError(f"timer_census() top must be a positive int or None, got {top!r}")
-    loop = _loop_of(loop)
+            raise ValueError(f"timer_census(): top must be a positive int or None, got {top!r}")
+    loop = _loop_of(loop, "timer_census()")
     if loop.is_closed():
         return []
     # Counted by origin in the engines, without a snapshot of each timer; named once each.
@@ -259,8 +276,8 @@ def track_origins(enabled: bool = True, *, loop: asyncio.AbstractEventLoop | Non
     on, for :func:`pending_timers` and :func:`timer_census` (asyncio's debug mode records it
     too); ``enabled=False`` stops it. Costs a stack walk per timer filed while on."""
     if not isinstance(enabled, bool):
-        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
-    _engine.track_loop(_loop_of(loop), enabled)
+        raise TypeError(f"track_origins(): enabled must be a bool, got {type(enabled).__name__}")
+    _engine.track_loop(_loop_of(loop, "track_origins()"), enabled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,8 +325,8 @@ def loop_lag(loop: asyncio.AbstractEventLoop | None = None, *, reset: bool = Fal
     >>> lag.p99, lag.max
     """
     if not isinstance(reset, bool):
-        raise TypeError(f"reset must be a bool, got {type(reset).__name__}")
-    loop = _loop_of(loop)
+        raise TypeError(f"loop_lag(): reset must be a bool, got {type(reset).__name__}")
+    loop = _loop_of(loop, "loop_lag()")
     histogram: list[int] = []
     count = 0
     largest = 0.0
@@ -340,9 +357,25 @@ _deadline_sources: Final[list[Callable[[asyncio.Task[Any]], float | None]]] = []
 :mod:`aiowheel.asgi`'s requests share one wheel entry per tick, and keep their own."""
 
 
-def current_deadline() -> float | None:
-    """The earliest deadline (loop time) of the timeouts guarding the current task, or None
-    (no timeout, or not in a task): aiowheel's ``timeout`` / ``timeout_at`` / ``wait_for``,
+def _current_task(
+    loop: object, where: str
+) -> tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None:
+    """``loop`` (checked, naming ``where``; None: the running loop) and its current task, or
+    None if there is no loop running or no task."""
+    if loop is None:
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            return None
+    else:
+        loop = checked_loop(loop, where)
+    task = asyncio.current_task(loop)
+    return None if task is None else (loop, task)
+
+
+def current_deadline(loop: asyncio.AbstractEventLoop | None = None) -> float | None:
+    """The earliest deadline (loop time) of the timeouts guarding the current task of ``loop``
+    (default: the running loop), or None (no timeout, no loop running, or not in a task):
+    aiowheel's ``timeout`` / ``timeout_at`` / ``wait_for``,
     and asyncio's ``timeout`` / ``timeout_at`` / ``wait_for`` (3.12+) on loop mode and on
     asyncio's own loops. A timeout that has expired is no longer pending: inside its block
     (a ``finally``), this names the timeouts still pending, and :func:`time_left` is 0.0.
@@ -350,12 +383,10 @@ def current_deadline() -> float | None:
     >>> async with asyncio.timeout(5):
     ...     aiowheel.current_deadline() - loop.time()    # about 5
     """
-    loop = asyncio._get_running_loop()
-    if loop is None:
+    found = _current_task(loop, "current_deadline()")
+    if found is None:
         return None
-    task = asyncio.current_task(loop)
-    if task is None:
-        return None
+    loop, task = found
     deadlines = [engine._deadline_for(task) for engine in engines_of(loop)]
     deadlines.extend(source(task) for source in _deadline_sources)
     for _handle, when, callback, _args, _traceback in _base_heap(loop):
@@ -365,9 +396,9 @@ def current_deadline() -> float | None:
     return min(known) if known else None
 
 
-def time_left() -> float | None:
-    """Seconds until :func:`current_deadline` (0.0 once it has passed), or None: the budget
-    to hand a database or an HTTP call.
+def time_left(loop: asyncio.AbstractEventLoop | None = None) -> float | None:
+    """Seconds until :func:`current_deadline` of ``loop`` (default: the running loop; 0.0 once
+    it has passed), or None: the budget to hand a database or an HTTP call.
 
     0.0 also while the current task is being cancelled (``task.cancelling()``): once a timeout
     guarding it has expired, its deadline has left the wheel, but until its block exits the
@@ -377,11 +408,13 @@ def time_left() -> float | None:
 
     >>> await conn.execute(query, timeout=aiowheel.time_left())
     """
-    loop = asyncio._get_running_loop()
-    task = None if loop is None else asyncio.current_task(loop)
-    if task is not None and task.cancelling():
+    found = _current_task(loop, "time_left()")
+    if found is None:
+        return None
+    loop, task = found
+    if task.cancelling():
         return 0.0
-    deadline = current_deadline()
+    deadline = current_deadline(loop)
     if deadline is None:
         return None
-    return max(0.0, deadline - asyncio.get_running_loop().time())
+    return max(0.0, deadline - loop.time())

@@ -92,7 +92,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Coroutine
 from math import ceil, floor, inf
-from typing import Any, Final, Protocol
+from typing import Any, Final, NoReturn, Protocol
 
 from . import _awaiting, _build, _debug, _validate
 from ._build import mypyc_attr
@@ -317,9 +317,9 @@ class Engine(Owner):
         self, *, tick: Seconds = 0.001, slots: Count = 64, max_pending: Count | None = None
     ) -> None:
         """Create an unbound engine; see :class:`aiowheel.Timer` for the parameters."""
-        resolution = _validate.tick(tick)
-        limit = _validate.max_pending(max_pending)
-        self._wheel: Final = Wheel(slots)  # validates slots
+        resolution = _validate.tick(tick, "Timer()")
+        limit = _validate.max_pending(max_pending, "Timer()")
+        self._wheel: Final = Wheel(_validate.slots(slots, "Timer()"))
         self._tick: Final = resolution
         self._inverse_tick: Final = 1.0 / resolution
         self._slots: Final = self._wheel.slots
@@ -1016,10 +1016,20 @@ class Engine(Owner):
         callback: Callable[..., object],
         args: tuple[object, ...],
         context: contextvars.Context | None,
+        where: str,
     ) -> Handle:
-        """call_at's hot path, once the loop is checked: refuse a non-callable, then file."""
-        if not _callable(callback):
-            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        """call_at's hot path, once the loop is checked: refuse a NaN deadline (here, where
+        ``when`` is a native float in the compiled build: the test costs nothing), a
+        non-callable or a context that is not one (``where`` names the function called:
+        ``"call_at()"``), then file."""
+        if when != when:
+            raise ValueError(f"{where}: deadline must not be NaN")
+        if not _callable(callback) or (
+            context is not None and not isinstance(context, contextvars.Context)
+        ):
+            _refuse_call(where, callback, context)
+        if self._debug:
+            _check_not_coroutine_function(callback, where)
         return self._call_callable(when, callback, args, context)
 
     def _call_callable(
@@ -1084,7 +1094,9 @@ class Engine(Owner):
         if not self._on_loop():
             self._check_loop()
         if not isinstance(deadline, float):
-            deadline = _validate.seconds("deadline", deadline)
+            deadline = _validate.seconds("sleep_until(): deadline", deadline)
+        if deadline != deadline:
+            raise ValueError("sleep_until(): deadline must not be NaN")
         return self._sleeper(deadline, result)
 
     def _sleeper_after(self, delay: Seconds, result: object) -> Sleeper | None:
@@ -1092,9 +1104,9 @@ class Engine(Owner):
         if not self._on_loop():
             self._check_loop()
         if not isinstance(delay, float):
-            delay = _validate.seconds("delay", delay)
-        elif delay != delay:
-            raise ValueError("delay must not be NaN")
+            delay = _validate.seconds("sleep(): delay", delay)
+        if delay != delay:
+            raise ValueError("sleep(): delay must not be NaN")
         return self._sleeper(self._clock() + delay, result)
 
     def _sleeper(self, deadline: float, result: object) -> Sleeper | None:
@@ -1416,7 +1428,21 @@ def _run_ready(batch: list[_Timed]) -> None:
             raise
 
 
-def _check_not_coroutine_function(callback: Callable[..., object]) -> None:
+def _refuse_call(where: str, callback: object, context: object) -> NoReturn:
+    """The TypeError for a ``call_at`` / ``call_later`` whose callback is not callable or
+    whose context is not a ``contextvars.Context`` (``where`` names the function)."""
+    if not _callable(callback):
+        raise TypeError(f"{where}: callback must be callable, got {type(callback).__name__}")
+    raise TypeError(
+        f"{where}: context must be a contextvars.Context or None, got {type(context).__name__}"
+    )
+
+
+def _check_not_coroutine_function(
+    callback: Callable[..., object], where: str = "call_at()"
+) -> None:
     # asyncio makes this check in debug mode only, for its cost; so do we.
     if inspect.iscoroutinefunction(callback):
-        raise TypeError("coroutine functions cannot be used with call_at(); use schedule_at()")
+        raise TypeError(
+            f"{where}: callback must not be a coroutine function (use schedule_at() to run one)"
+        )

@@ -70,11 +70,14 @@ class Fuzz:
         cls, seed: object, jitter: object, stall_rate: object, stall: object, *, prefix: str = ""
     ) -> Fuzz:
         """A Fuzz from unchecked values; errors name ``prefix + parameter`` (``--aiowheel-``
-        for the pytest options)."""
+        for the pytest options, ``"virtual_loop_factory(): "`` for a function's)."""
+        option = prefix.startswith("--")
         return cls(
             fuzz_seed(f"{prefix}seed", seed),
             fuzz_number(f"{prefix}jitter", jitter),
-            fuzz_number(f"{prefix}stall-rate" if prefix else "stall_rate", stall_rate, at_most=1.0),
+            fuzz_number(
+                f"{prefix}{'stall-rate' if option else 'stall_rate'}", stall_rate, at_most=1.0
+            ),
             fuzz_number(f"{prefix}stall", stall),
         )
 

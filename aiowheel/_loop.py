@@ -22,7 +22,9 @@ rest stays on the loop's own heap: short sleeps keep the loop's precision (the w
 one tick of lateness), ``call_soon``-like zero delays run on the next iteration as before, and
 odd arguments get exactly the base loop's results. Two refusals the base loop lacks: a NaN
 deadline (asyncio files it and corrupts its heap) raises ValueError, and a deadline that is not
-a number (asyncio files a str, and its loop fails later) raises TypeError.
+a number (asyncio files a str, and its loop fails later; None too) raises TypeError, each named
+by what the user called: ``call_at()`` / ``call_later()``, or ``asyncio.timeout()`` /
+``asyncio.sleep()`` where the callback shows that one of them filed it (:func:`_named`).
 
 The reaper. In loop mode it is not a task. The Timer's wake-up handle, on the loop's own heap
 and filed through the base class (so it cannot land in its own wheel), has the reaper as its
@@ -79,7 +81,7 @@ from decimal import Decimal
 from math import inf, nan
 from typing import Any, Final, TypeVar
 
-from . import _engine, _validate, _virtual
+from . import _census, _engine, _validate, _virtual
 from ._loopcalls import LoopCalls
 from ._timer import Timer
 from ._virtual import VirtualClock, VirtualTime
@@ -122,16 +124,16 @@ def _default_base() -> type[asyncio.AbstractEventLoop]:
     return base
 
 
-def _check_base(base: object) -> type[asyncio.AbstractEventLoop]:
+def _check_base(base: object, where: str) -> type[asyncio.AbstractEventLoop]:
     if base is None:
         return _default_base()
     if not isinstance(base, type) or not issubclass(base, asyncio.AbstractEventLoop):
         raise TypeError(
-            "base must be an event loop class (a subclass of asyncio.AbstractEventLoop, "
-            f"such as uvloop.Loop), got {base!r}"
+            f"{where}: base must be an event loop class (a subclass of "
+            f"asyncio.AbstractEventLoop, such as uvloop.Loop), got {base!r}"
         )
     if issubclass(base, _LoopMode):
-        raise TypeError(f"base is already a loop-mode class: {base.__name__}")
+        raise ValueError(f"{where}: base is already a loop-mode class: {base.__name__}")
     return base
 
 
@@ -154,6 +156,28 @@ class LoopConfig:
     """A virtual clock's settings (:func:`aiowheel.testing.virtual_loop_factory`); None for
     the loop's own, real clock. A virtual loop puts every timer on the wheel, whatever the
     threshold."""
+
+    def __post_init__(self) -> None:
+        # Made by hand too (it is public): the checks loop_factory makes, named LoopConfig().
+        if self.base is None:  # loop_factory's default is its own: a config names its base
+            raise TypeError(
+                "LoopConfig(): base must be an event loop class (a subclass of "
+                "asyncio.AbstractEventLoop, such as uvloop.Loop), got None"
+            )
+        _check_base(self.base, "LoopConfig()")
+        _validate.tick(self.tick, "LoopConfig()")
+        if self.clock is None:
+            _validate.threshold(self.threshold, "LoopConfig()")
+        elif not isinstance(self.clock, VirtualTime):
+            raise TypeError(
+                "LoopConfig(): clock must be an aiowheel.testing.VirtualTime or None, "
+                f"got {type(self.clock).__name__}"
+            )
+        elif self.threshold != -_INF:
+            raise ValueError(
+                "LoopConfig(): threshold must be -inf on a virtual clock (every timer on the "
+                f"wheel), got {self.threshold!r}"
+            )
 
 
 class _LoopMode:
@@ -433,8 +457,8 @@ class _BaseHeap:
     def slow_call_at(
         self, when: object, callback: object, *args: object, context: object = None
     ) -> Any:
-        """call_at with an odd argument: two refusals of ours, then the base's own answer."""
-        deadline = _odd_number(when, "call_at() deadline")
+        """call_at with an odd argument: the refusals of ours, then the base's own answer."""
+        deadline = _odd_number(when, _named("call_at", callback))
         if deadline is not None:
             return self._loop.call_at(deadline, callback, *args, context=context)
         return self._base_call_at(self._loop, when, callback, *args, context=context)
@@ -442,35 +466,72 @@ class _BaseHeap:
     def slow_call_later(
         self, delay: object, callback: object, *args: object, context: object = None
     ) -> Any:
-        """call_later with an odd argument: two refusals of ours (as for call_at), then the
+        """call_later with an odd argument: the refusals of ours (as for call_at), then the
         base's own answer."""
-        seconds = _odd_number(delay, "call_later() delay")
+        seconds = _odd_number(delay, _named("call_later", callback))
         if seconds is not None:
             return self._loop.call_later(seconds, callback, *args, context=context)
-        if self.reenters_at:
-            if delay is None:  # asyncio's own message, without its trip through self.call_at
-                raise TypeError("delay must not be None")
-            assert isinstance(delay, float)  # None and every other number are handled above
+        if self.reenters_at:  # asyncio's, without its trip through self.call_at
+            assert isinstance(delay, float)  # every other number is handled above
             return self._asyncio_call_later(delay, callback, *args, context=context)
         return self._base_call_later(self._loop, delay, callback, *args, context=context)
 
 
+# The callbacks by which a loop's call_at / call_later can tell what the user called: an
+# asyncio.Timeout's (asyncio.timeout(), timeout_at(), wait_for() on 3.12+, reschedule()),
+# asyncio.sleep's and asyncio.wait's. Read on the slow path only, to name a refused deadline.
+_ASYNCIO_TIMEOUT: Final[type | None] = getattr(asyncio, "Timeout", None)
+_ASYNCIO_SLEEP_CALLBACK: Final = getattr(asyncio.futures, "_set_result_unless_cancelled", None)
+# asyncio.wait(timeout=) files loop.call_later(timeout, _release_waiter, waiter); so does
+# asyncio.wait_for on 3.11 (3.12's goes through asyncio.timeout).
+_ASYNCIO_WAIT_CALLBACK: Final = getattr(asyncio.tasks, "_release_waiter", None)
+_TIMEOUT_NAMES: Final = (
+    "asyncio.timeout() / timeout_at() / Timeout.reschedule(): deadline"
+    if sys.version_info < (3, 12)
+    else "asyncio.timeout() / timeout_at() / wait_for() / Timeout.reschedule(): deadline"
+)
+_WAIT_NAMES: Final = (
+    "asyncio.wait_for() / asyncio.wait(): timeout"
+    if sys.version_info < (3, 12)
+    else "asyncio.wait(): timeout"
+)
+
+
+def _named(method: str, callback: object) -> str:
+    """What a refused deadline or delay of ``loop.<method>`` is called in its message: by the
+    asyncio function that filed it where the callback says so, else the method's argument.
+
+    asyncio's timeouts file their deadline with ``loop.call_at(when, self._on_timeout)``
+    (``Timeout.reschedule``): a NaN given to ``asyncio.timeout()`` reaches the loop as a NaN
+    deadline, so the message names the timeout, not ``call_at()``, which the user never called.
+    """
+    owner = getattr(callback, "__self__", None)
+    if _ASYNCIO_TIMEOUT is not None and isinstance(owner, _ASYNCIO_TIMEOUT):
+        return _TIMEOUT_NAMES
+    if method == "call_later" and callback is not None:
+        if callback is _ASYNCIO_SLEEP_CALLBACK:
+            return "asyncio.sleep(): delay"
+        if callback is _ASYNCIO_WAIT_CALLBACK:
+            return _WAIT_NAMES
+    return "call_at(): deadline" if method == "call_at" else "call_later(): delay"
+
+
 def _odd_number(value: object, what: str) -> float | None:
     """The slow path's reading of a deadline or delay the router did not take (``what`` names
-    it: ``"call_at() deadline"``): ValueError for NaN; TypeError for what is not a real number
-    (the base would file such a deadline and fail later, or fail on its own arithmetic:
-    "unsupported operand type(s) for +: 'float' and 'str'"); for a real number that is not a
+    it: ``"call_at(): deadline"``): ValueError for NaN; TypeError for what is not a real
+    number, None included (the base would file such a deadline and fail later, or fail on its
+    own arithmetic: "unsupported operand type(s) for +: 'float' and 'str'", or say so without
+    naming the function: asyncio's "when cannot be None"); for a real number that is not a
     float (numpy scalars, Fraction, Decimal, huge ints), the float the wheel files (on the
-    base's real-time heap a virtual clock would never reach it); None for a float or None,
-    which go to the base as they are (the router found the float's callback or engine odd)."""
+    base's real-time heap a virtual clock would never reach it); None for a float, which goes
+    to the base as it is (the router found its callback or engine odd: the base answers, as
+    it would without loop mode)."""
     if isinstance(value, float):
         if value != value:
             raise ValueError(f"{what} must not be NaN")
         return None
-    if value is None:
-        return None
     if not isinstance(value, numbers.Real | Decimal):
-        raise TypeError(f"{what} must be a real number, got {type(value).__name__}")
+        raise TypeError(f"{what} must be a real number of seconds, got {type(value).__name__}")
     return _no_earlier_float(value, what)
 
 
@@ -595,7 +656,7 @@ def new_event_loop(
     >>> loop = aiowheel.new_event_loop()
     >>> loop.run_until_complete(main())   # every timer of main() on the wheel
     """
-    return loop_factory(base, tick=tick, threshold=threshold)()
+    return _loop_factory("new_event_loop()", base, tick, threshold)()
 
 
 def loop_factory(
@@ -611,17 +672,26 @@ def loop_factory(
 
     >>> asyncio.run(main(), loop_factory=aiowheel.loop_factory())
     """
-    checked_base = _check_base(base)
-    checked_threshold = _validate.threshold(threshold)
-    return LoopFactory(LoopConfig(checked_base, _validate.tick(tick), checked_threshold))
+    return _loop_factory("loop_factory()", base, tick, threshold)
+
+
+def _loop_factory(where: str, base: object, tick: object, threshold: object) -> LoopFactory:
+    """:func:`loop_factory`, its errors naming ``where`` (the function the user called)."""
+    checked_base = _check_base(base, where)
+    checked_tick = _validate.tick(tick, where)
+    checked_threshold = _validate.threshold(threshold, where)
+    return LoopFactory(LoopConfig(checked_base, checked_tick, checked_threshold))
 
 
 def virtual_loop_factory(
-    base: type[asyncio.AbstractEventLoop] | None, tick: object, autojump: object, start: object
+    base: object, tick: object, autojump: object, start: object, where: str
 ) -> LoopFactory:
-    """The checked factory behind :func:`aiowheel.testing.virtual_loop_factory`."""
-    settings = VirtualTime(_validate.autojump(autojump), _validate.start(start))
-    return LoopFactory(LoopConfig(_check_base(base), _validate.tick(tick), -_INF, settings))
+    """The checked factory behind :func:`aiowheel.testing.virtual_loop_factory` (errors
+    naming ``where``)."""
+    checked_base = _check_base(base, where)
+    checked_tick = _validate.tick(tick, where)
+    settings = VirtualTime(_validate.autojump(autojump, where), _validate.start(start, where))
+    return LoopFactory(LoopConfig(checked_base, checked_tick, -_INF, settings))
 
 
 _INF: Final = float("inf")
@@ -638,6 +708,10 @@ class LoopFactory:
     __slots__ = ("_cls", "config")
 
     def __init__(self, config: LoopConfig) -> None:
+        if not isinstance(config, LoopConfig):
+            raise TypeError(
+                f"{type(self).__name__}(): config must be a LoopConfig, got {type(config).__name__}"
+            )
         self.config: Final = config
         """What the loops it makes are (base, tick and threshold)."""
         self._cls: Final = _loop_class(config)
@@ -704,7 +778,9 @@ def run(
     try:
         if asyncio._get_running_loop() is not None:
             raise RuntimeError("aiowheel.run() cannot be called from a running event loop")
-        factory = loop_factory(base, tick=tick, threshold=threshold)
+        _validate.coroutine(main, "run()")
+        _validate.debug(debug, "run()")
+        factory = _loop_factory("run()", base, tick, threshold)
     except BaseException:
         if asyncio.iscoroutine(main):
             main.close()  # refused: it will never run, so no "never awaited" warning either
@@ -713,20 +789,22 @@ def run(
         return runner.run(main)
 
 
-def timer_of(loop: asyncio.AbstractEventLoop) -> Timer | None:
-    """The Timer of a loop-mode loop, the wheel its ``call_at`` / ``call_later`` use; None for
-    any other loop.
+def timer_of(loop: asyncio.AbstractEventLoop | None = None) -> Timer | None:
+    """The Timer of a loop-mode ``loop`` (default: the running loop), the wheel its
+    ``call_at`` / ``call_later`` use; None for any other loop.
 
-    >>> aiowheel.timer_of(asyncio.get_running_loop())   # None unless in loop mode
+    >>> aiowheel.timer_of()   # None unless the running loop is in loop mode
     """
     if isinstance(loop, _LoopMode):
         return loop._aiowheel_timer
-    return None
+    found = _census._loop_of(loop, "timer_of()")
+    return found._aiowheel_timer if isinstance(found, _LoopMode) else None
 
 
-def config_of(loop: asyncio.AbstractEventLoop) -> LoopConfig | None:
-    """The :class:`LoopConfig` (base, tick, threshold) of a loop-mode loop; None for any
-    other loop."""
+def config_of(loop: asyncio.AbstractEventLoop | None = None) -> LoopConfig | None:
+    """The :class:`LoopConfig` (base, tick, threshold) of a loop-mode ``loop`` (default: the
+    running loop); None for any other loop."""
     if isinstance(loop, _LoopMode):
         return type(loop)._aiowheel_config
-    return None
+    found = _census._loop_of(loop, "config_of()")
+    return type(found)._aiowheel_config if isinstance(found, _LoopMode) else None

@@ -120,11 +120,14 @@ class Timeout(_Timed):
         # the entry keeps its bucket and is re-filed from `_when` when that bucket comes due).
         # While filed in the wheel, _soon is None (the two never coexist).
         if when is not None and not isinstance(when, float):
-            when = seconds("deadline", when)  # a bad deadline changes nothing
+            when = seconds("reschedule(): deadline", when)  # a bad deadline changes nothing
         owner = self._owner
-        if when is not None and owner._push_back(self, when):
-            self._deadline = when
-            return
+        if when is not None:
+            if owner._push_back(self, when):  # never for NaN: its comparisons are False
+                self._deadline = when
+                return
+            if when != when:  # off the hot path: refused before anything changes
+                raise ValueError("reschedule(): deadline must not be NaN")
         # Checked (loop, NaN, max_pending) before anything of this timeout changes.
         passed = owner._set_deadline(self, when)
         self._deadline = when

@@ -154,8 +154,8 @@ class Timer(Engine):
         if not self._on_loop():  # the loop check, inline: paid by every timer
             self._check_loop()
         if not isinstance(when, float):
-            when = seconds("deadline", when)
-        return self._call(when, callback, args, context)
+            when = seconds("call_at(): deadline", when)
+        return self._call(when, callback, args, context, "call_at()")  # NaN refused there
 
     def call_later(
         self,
@@ -168,10 +168,12 @@ class Timer(Engine):
         if not self._on_loop():  # the loop check, inline: paid by every timer
             self._check_loop()
         if not isinstance(delay, float):
-            delay = seconds("delay", delay)
+            delay = seconds("call_later(): delay", delay)
+            if delay != delay:  # a NaN of another type (Decimal, NumPy), now a float
+                raise ValueError("call_later(): delay must not be NaN")
         elif delay != delay:
-            raise ValueError("delay must not be NaN")
-        return self._call(self._clock() + delay, callback, args, context)
+            raise ValueError("call_later(): delay must not be NaN")
+        return self._call(self._clock() + delay, callback, args, context, "call_later()")
 
     def sleep_until(self, deadline: Seconds, result: _T = None) -> Coroutine[Any, Any, _T]:  # type: ignore[assignment]
         """Sleep until ``loop.time() >= deadline``, then return ``result`` (a coroutine).
@@ -197,18 +199,39 @@ class Timer(Engine):
         timer out of the wheel (a coroutine object is closed, never started); after, it
         cancels the task.
         """
-        self._running_loop()
-        if asyncio.iscoroutine(coro_or_function):
-            if args:
-                raise TypeError("schedule_at() takes no args with a coroutine object")
-        elif not callable(coro_or_function):
-            raise TypeError(
-                "schedule_at() needs a coroutine or a callable, "
-                f"got {type(coro_or_function).__name__}"
-            )
-        if not isinstance(when, float):
-            when = seconds("deadline", when)
-        return self._schedule(when, coro_or_function, args)
+        return self._schedule_checked("schedule_at()", when, coro_or_function, args)
+
+    def _schedule_checked(
+        self,
+        where: str,
+        when: object,
+        coro_or_function: Coroutine[Any, Any, _T] | Callable[..., Any],
+        args: tuple[object, ...],
+    ) -> asyncio.Future[_T]:
+        """:meth:`schedule_at`'s checks, named by the function called (``where``), then the
+        filing; a refused coroutine object is closed (it will never run, so no "never
+        awaited" warning either)."""
+        try:
+            self._running_loop()
+            if asyncio.iscoroutine(coro_or_function):
+                if args:
+                    raise TypeError(f"{where}: takes no args with a coroutine object")
+            elif not callable(coro_or_function):
+                raise TypeError(
+                    f"{where}: coro_or_function must be a coroutine or a callable, "
+                    f"got {type(coro_or_function).__name__}"
+                )
+            if where == "schedule_at()":
+                deadline = seconds("schedule_at(): deadline", when)
+                _validate.not_nan(deadline, "schedule_at(): deadline")
+            else:
+                delay = seconds("schedule_later(): delay", when)
+                deadline = _validate.not_nan(self._loop_time() + delay, "schedule_later(): delay")
+        except BaseException:
+            if asyncio.iscoroutine(coro_or_function):
+                coro_or_function.close()
+            raise
+        return self._schedule(deadline, coro_or_function, args)
 
     def schedule_later(
         self,
@@ -217,14 +240,7 @@ class Timer(Engine):
         *args: object,
     ) -> asyncio.Future[_T]:
         """:meth:`schedule_at` ``delay`` seconds from now."""
-        try:
-            self._running_loop()
-            when = _validate.not_nan(self._loop_time() + seconds("delay", delay), "delay")
-        except BaseException:
-            if asyncio.iscoroutine(coro_or_function):
-                coro_or_function.close()  # refused: it will never run, so no warning either
-            raise
-        return self.schedule_at(when, coro_or_function, *args)
+        return self._schedule_checked("schedule_later()", delay, coro_or_function, args)
 
     def timeout(self, delay: Seconds | None) -> Timeout:
         """An ``asyncio.timeout(delay)`` drop-in on this timer (None: no deadline).
@@ -236,8 +252,8 @@ class Timer(Engine):
         if delay is None:
             return Timeout(None, self)
         if not isinstance(delay, float):
-            delay = seconds("delay", delay)
-        return Timeout(_validate.not_nan(self._now() + delay, "delay"), self)
+            delay = seconds("timeout(): delay", delay)
+        return Timeout(_validate.not_nan(self._now() + delay, "timeout(): delay"), self)
 
     def timeout_at(self, when: Seconds | None) -> Timeout:
         """An ``asyncio.timeout_at(when)`` drop-in on this timer (None: no deadline)."""
@@ -245,8 +261,8 @@ class Timer(Engine):
         if when is None:
             return Timeout(None, self)
         if not isinstance(when, float):
-            when = seconds("deadline", when)
-        return Timeout(_validate.not_nan(when), self)
+            when = seconds("timeout_at(): deadline", when)
+        return Timeout(_validate.not_nan(when, "timeout_at(): deadline"), self)
 
     def wait_for(self, aw: Awaitable[_T], timeout: Seconds | None) -> Coroutine[Any, Any, _T]:
         """``asyncio.wait_for`` with the 3.12+ semantics on every version, on this timer.
@@ -278,11 +294,11 @@ class Timer(Engine):
         >>> beat.cancel()
         """
         self._running_loop()
-        period = _validate.period("interval", interval)
-        policy = _validate.missed(missed)
+        period = _validate.period("every(): interval", interval)
+        policy = _validate.missed(missed, "every()")
         if not callable(callback):
-            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
-        first = self._first_deadline(start, period)
+            raise TypeError(f"every(): callback must be callable, got {type(callback).__name__}")
+        first = self._first_deadline(start, period, "every()")
         handle = PeriodicHandle(
             self, _Schedule(first, period, policy), callback, args, contextvars.copy_context()
         )
@@ -298,18 +314,18 @@ class Timer(Engine):
         ...     await send_heartbeat()
         """
         self._running_loop()
-        every = _validate.period("period", period)
-        policy = _validate.missed(missed)
-        first = self._first_deadline(start, every)
+        every = _validate.period("interval(): period", period)
+        policy = _validate.missed(missed, "interval()")
+        first = self._first_deadline(start, every, "interval()")
         return Interval(self, _Schedule(first, every, policy))
 
-    def _first_deadline(self, start: Seconds | None, period: float) -> float:
+    def _first_deadline(self, start: Seconds | None, period: float, where: str) -> float:
         """A schedule's first deadline: ``start``, validated, or one period from now."""
         if start is None:
             return self._loop_time() + period
         if not isinstance(start, float):
-            start = seconds("start", start)
-        return _validate.not_nan(start)
+            start = seconds(f"{where}: start", start)
+        return _validate.not_nan(start, f"{where}: start")
 
     def watchdog(
         self, timeout: Seconds, on_expire: Callable[..., object], *args: object
@@ -320,9 +336,11 @@ class Timer(Engine):
         >>> dog.feed()   # on every message from the peer
         """
         self._running_loop()
-        silence = _validate.period("timeout", timeout)
+        silence = _validate.period("watchdog(): timeout", timeout)
         if not callable(on_expire):
-            raise TypeError(f"on_expire must be callable, got {type(on_expire).__name__}")
+            raise TypeError(
+                f"watchdog(): on_expire must be callable, got {type(on_expire).__name__}"
+            )
         dog = Watchdog(self, silence, on_expire, args, contextvars.copy_context())
         self._file(dog, dog._when)
         return dog

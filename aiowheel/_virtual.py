@@ -145,6 +145,11 @@ class VirtualTime:
     start: float
     """``loop.time()`` when the loop is made."""
 
+    def __post_init__(self) -> None:
+        # Made by hand too (it is public): the checks virtual_loop_factory makes.
+        _validate.autojump(self.autojump, "VirtualTime()")
+        _validate.start(self.start, "VirtualTime()")
+
     # Equal (and hashed) by kind as well as value: True == 1.0 and False == 0 in Python, but
     # autojump=True (jump when idle) and autojump=1.0 (after 1 s of real idle time) are
     # different clocks, and so are False and 0; configs are cache keys for loop classes.
@@ -229,8 +234,12 @@ class VirtualClock:
     def fuzz(self, fuzz: Fuzz | None) -> None:
         """Run under ``fuzz`` from now on (None: exact again). Arm it before the loop runs
         anything to replay a seed: the draws follow the jumps from the first one on."""
-        from ._fuzz import Chance  # here: a program that never fuzzes never imports it
+        from ._fuzz import Chance, Fuzz  # here: a program that never fuzzes never imports it
 
+        if fuzz is not None and not isinstance(fuzz, Fuzz):
+            raise TypeError(
+                f"fuzz(): fuzz must be an aiowheel.testing.Fuzz or None, got {type(fuzz).__name__}"
+            )
         self._chance = None if fuzz is None else Chance(fuzz)
 
     def trace(self) -> list[tuple[float, str]]:
@@ -287,7 +296,7 @@ class VirtualClock:
         """Move the clock ``seconds`` forward, running each timer due on the way at its own
         deadline and letting what it wakes run before the clock moves on; a future that is
         done once the clock is there (:func:`aiowheel.testing.advance` awaits it)."""
-        seconds = _validate.advance(seconds)
+        seconds = _validate.advance(seconds, "advance()")
         loop = self._loop
         future: asyncio.Future[None] = loop.create_future()
         heapq.heappush(self._advances, (self._now + seconds, next(self._order), future))

@@ -85,6 +85,7 @@ from heapq import heappop, heappush
 from typing import Final
 
 from ._build import mypyc_attr
+from ._validate import MAX_SLOTS as _MAX_SLOTS
 from ._validate import Count
 
 __all__ = ["MAX_SLOTS", "NEVER", "UNQUEUED", "Entry", "Wheel"]
@@ -104,7 +105,7 @@ UNQUEUED: Final[int] = (1 << 62) - 1
 
 #: The most buckets a level may have: the native core's limit too (a level of 2**20 buckets
 #: is 24 MiB of lists already; more buys nothing a second level does not).
-MAX_SLOTS: Final = 1 << 20
+MAX_SLOTS: Final = _MAX_SLOTS
 
 # Levels are added until the wheel spans at least 2**_SPAN_BITS ticks. Fewer levels would make a
 # deadline of 2**62 ticks ring around the top level 2**26 times; each level costs `slots` buckets.

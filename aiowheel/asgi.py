@@ -434,11 +434,9 @@ _deadline_sources.append(_guarded)
 
 
 def _positive(owner: str, name: str, value: object) -> float:
-    """``value`` as a positive finite float; else the one check's error, naming ``owner``."""
-    try:
-        return period(name, value)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{owner}: {exc}") from None
+    """``value`` as a positive finite float; else the one check's error, naming ``owner``
+    (the function called) and ``name``."""
+    return period(f"{owner}(): {name}", value)
 
 
 @final
@@ -465,13 +463,18 @@ class _Settings:
         if overrides is not None:
             if not isinstance(overrides, Mapping):
                 raise TypeError(
-                    f"{owner}: overrides must be a mapping of paths to seconds, "
+                    f"{owner}(): overrides must be a mapping of paths to seconds, "
                     f"got {type(overrides).__name__}"
                 )
             for path, seconds in overrides.items():
-                if not isinstance(path, str) or not path.startswith("/"):
+                if not isinstance(path, str):
+                    raise TypeError(
+                        f"{owner}(): overrides keys must be paths starting with '/', "
+                        f"got {type(path).__name__}"
+                    )
+                if not path.startswith("/"):
                     raise ValueError(
-                        f"{owner}: overrides keys must be paths starting with '/', got {path!r}"
+                        f"{owner}(): overrides keys must be paths starting with '/', got {path!r}"
                     )
                 value = _positive(owner, f"overrides[{path!r}]", seconds)
                 if path.endswith("*"):
@@ -481,20 +484,32 @@ class _Settings:
         prefixes.sort(key=lambda item: len(item[0]), reverse=True)  # the longest wins
         self.prefixes = tuple(prefixes)
         self.by_path = bool(self.exact or self.prefixes)  # else every request gets `timeout`
-        if header is not None and (not isinstance(header, str) or not header.strip()):
-            raise TypeError(f"{owner}: header must be a header name (a str) or None")
+        if header is not None and not isinstance(header, str):
+            raise TypeError(
+                f"{owner}(): header must be a header name (a str) or None, "
+                f"got {type(header).__name__}"
+            )
+        if header is not None and not header.strip():
+            raise ValueError(f"{owner}(): header must be a header name (a str) or None, got ''")
         self.header: str | None = None if header is None else header.strip().lower()
-        if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
-            raise ValueError(f"{owner}: status must be an HTTP status code, got {status!r}")
+        if isinstance(status, bool) or not isinstance(status, int):
+            raise TypeError(
+                f"{owner}(): status must be an HTTP status code (an int), "
+                f"got {type(status).__name__}"
+            )
+        if not 100 <= status <= 599:
+            raise ValueError(f"{owner}(): status must be an HTTP status code, got {status!r}")
         self.status: int = status
         if not isinstance(body, bytes) and not callable(body):
             raise TypeError(
-                f"{owner}: body must be bytes or a function of Expired returning bytes, "
+                f"{owner}(): body must be bytes or a function of Expired returning bytes, "
                 f"got {type(body).__name__}"
             )
         self.body: Body = body
         if not isinstance(content_type, str):
-            raise TypeError(f"{owner}: content_type must be a str")
+            raise TypeError(
+                f"{owner}(): content_type must be a str, got {type(content_type).__name__}"
+            )
         self.content_type: str = content_type
 
     def seconds_for(self, *paths: str) -> float:
@@ -527,6 +542,8 @@ def parse_timeout_header(value: str) -> float | None:
     """Seconds from an inbound deadline header's value, or None if it is not exactly a
     positive number of seconds (``2.5``) or gRPC's form (``2500m``: at most 8 digits, then
     one of ``H M S m u n``). Nothing lenient: no sign, exponent, spaces inside or ``inf``."""
+    if not isinstance(value, str):
+        raise TypeError(f"parse_timeout_header(): value must be a str, got {type(value).__name__}")
     value = value.strip()
     if _SECONDS.fullmatch(value):
         seconds = float(value)
@@ -592,7 +609,7 @@ class DeadlineMiddleware:
         """Wrap ``app``; every argument is checked here (ValueError / TypeError naming the
         middleware), never per request."""
         if not callable(app):
-            raise TypeError(f"DeadlineMiddleware: app must be an ASGI app, got {app!r}")
+            raise TypeError(f"DeadlineMiddleware(): app must be an ASGI app, got {app!r}")
         self.app = app
         self._settings = _Settings(
             "DeadlineMiddleware", timeout, overrides, header, status, body, content_type
@@ -685,13 +702,13 @@ def set_deadline(seconds: float) -> float:
     request = _current.get()
     if request is None:
         raise RuntimeError(
-            "set_deadline: no request deadline here (call it in a request served under "
+            "set_deadline(): no request deadline here (call it in a request served under "
             "aiowheel.asgi.DeadlineMiddleware or aiowheel.aiohttp.deadline_middleware)"
         )
     if request.expired:
-        raise RuntimeError("set_deadline: the request's deadline has already expired")
+        raise RuntimeError("set_deadline(): the request's deadline has already expired")
     if request.ended:
-        raise RuntimeError("set_deadline: the request has ended")
+        raise RuntimeError("set_deadline(): the request has ended")
     if request.cap is not None and request.cap < value:
         value = request.cap
     when = request.started + value
@@ -729,11 +746,24 @@ def budget(minimum: float = 0.0) -> float | None:
     fail fast instead of starting a call that cannot finish in time. Costs one pass over the
     loop's pending timers (about 12 ns each, see :func:`aiowheel.current_deadline`).
     """
+    return _budget(minimum, "budget()")
+
+
+def _minimum(minimum: object, where: str) -> float:
+    """A budget's ``minimum``: a number of seconds, >= 0 and finite (errors naming ``where``)."""
+    if isinstance(minimum, bool) or not isinstance(minimum, int | float):
+        raise TypeError(
+            f"{where}: minimum must be a number of seconds, got {type(minimum).__name__}"
+        )
+    if not 0 <= minimum < math.inf:
+        raise ValueError(f"{where}: minimum must be >= 0 and finite, got {minimum!r}")
+    return minimum
+
+
+def _budget(minimum: float, where: str) -> float | None:
+    """:func:`budget`, its errors naming ``where`` (the function called)."""
     if minimum != 0.0:
-        if isinstance(minimum, bool) or not isinstance(minimum, int | float):
-            raise TypeError(f"budget: minimum must be a number of seconds, got {minimum!r}")
-        if not 0 <= minimum < math.inf:
-            raise ValueError(f"budget: minimum must be >= 0 and finite, got {minimum!r}")
+        minimum = _minimum(minimum, where)
     left = time_left()
     request = _current.get()
     if request is not None:
@@ -756,7 +786,9 @@ def budget_header(minimum: float = 0.0, *, grpc: bool = False) -> str | None:
 
     Raises :class:`BudgetExhausted` as :func:`budget` does (also when under 1 ms is left,
     which neither form can say)."""
-    left = budget(minimum)
+    if not isinstance(grpc, bool):
+        raise TypeError(f"budget_header(): grpc must be a bool, got {type(grpc).__name__}")
+    left = _budget(minimum, "budget_header()")
     if left is None:
         return None
     millis = math.floor(left * 1000)

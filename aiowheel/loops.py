@@ -94,11 +94,16 @@ def _announce(factory: str, base: type[asyncio.AbstractEventLoop] | None) -> Non
 def base_class(name: str) -> type[asyncio.AbstractEventLoop] | None:
     """The event loop class of base ``name`` (None for asyncio's default loop).
 
-    ValueError for a name not in :data:`BASES`; ImportError, naming the pip extra, for a base
-    library that is not installed.
+    ValueError for a name not in :data:`BASES` (TypeError for what is not a str); ImportError,
+    naming the pip extra, for a base library that is not installed.
     """
-    if not isinstance(name, str) or name not in BASES:
-        raise ValueError(f"unknown base loop {name!r}; known: {', '.join(BASES)}")
+    if not isinstance(name, str):
+        raise TypeError(
+            f"base_class(): name must be a base loop's name ({', '.join(BASES)}), "
+            f"got {type(name).__name__}"
+        )
+    if name not in BASES:
+        raise ValueError(f"base_class(): unknown base loop {name!r}; known: {', '.join(BASES)}")
     if name == "asyncio":
         return None
     found = _classes.get(name)

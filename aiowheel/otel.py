@@ -124,8 +124,10 @@ def instrument(
 
     >>> aiowheel.otel.instrument(attributes={"service": "api"})
     """
-    loop = _loop_of(loop)
+    loop = _loop_of(loop, "instrument()")
     if attributes is not None and not isinstance(attributes, Mapping):
-        raise TypeError(f"attributes must be a mapping, got {type(attributes).__name__}")
+        raise TypeError(
+            f"instrument(): attributes must be a mapping or None, got {type(attributes).__name__}"
+        )
     meter = metrics.get_meter("aiowheel", meter_provider=meter_provider)
     return Instrumentation(loop, meter, dict(attributes or {}))

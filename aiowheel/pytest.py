@@ -254,7 +254,9 @@ def _factory(
         if clock is None:
             found = loop_factory(base_loop)
         else:
-            found = _FuzzableFactory(virtual_loop_factory(base_loop, _TICK, *clock).config)
+            found = _FuzzableFactory(
+                virtual_loop_factory(base_loop, _TICK, *clock, f"@pytest.mark.{_MARKER}").config
+            )
         _factories[key] = found
     return found
 
@@ -281,20 +283,25 @@ def _clock_for(item: pytest.Item | None) -> tuple[bool | float, float] | None:
 def _marked_clock(item: pytest.Item, marker: pytest.Mark) -> tuple[bool | float, float] | None:
     """The clock an ``aiowheel_clock`` marker asks for (a usage error naming the test if the
     marker is malformed)."""
+    where = f"@pytest.mark.{_MARKER}"
     try:
         if len(marker.args) > 1 or set(marker.kwargs) - {"autojump", "start"}:
-            raise TypeError("takes one of 'real', 'virtual', and the keywords autojump and start")
+            raise TypeError(
+                f"{where}: takes one of 'real', 'virtual', and the keywords autojump and start"
+            )
         kind = marker.args[0] if marker.args else "virtual"
         if kind not in CLOCKS:
-            raise ValueError(f"must be one of {', '.join(map(repr, CLOCKS))}, got {kind!r}")
+            raise ValueError(
+                f"{where}: must be one of {', '.join(map(repr, CLOCKS))}, got {kind!r}"
+            )
         if kind == "real":
             if marker.kwargs:
-                raise TypeError("'real' takes no keywords")
+                raise TypeError(f"{where}: 'real' takes no keywords")
             return None
-        autojump = _validate.autojump(marker.kwargs.get("autojump", True))
-        start = _validate.start(marker.kwargs.get("start", 0.0))
+        autojump = _validate.autojump(marker.kwargs.get("autojump", True), where)
+        start = _validate.start(marker.kwargs.get("start", 0.0), where)
     except (TypeError, ValueError) as exc:
-        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{_MARKER}: {exc}") from None
+        raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
     return (autojump, start)
 
 

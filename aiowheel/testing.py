@@ -42,6 +42,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
+from . import _validate
+from ._census import _loop_of
 from ._fuzz import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz
 from ._loop import LoopConfig, LoopFactory
 from ._loop import virtual_loop_factory as _virtual_loop_factory
@@ -111,7 +113,7 @@ class FuzzedLoopFactory(LoopFactory):
 
 
 def _fuzz(
-    seed: object, jitter: object, stall_rate: object, stall: object, tick: float
+    where: str, seed: object, jitter: object, stall_rate: object, stall: object, tick: float
 ) -> Fuzz | None:
     """The checked Fuzz of these keywords; None without a seed (the others then refused)."""
     if seed is None:
@@ -125,11 +127,28 @@ def _fuzz(
             if value != default
         ]
         if given:
-            raise TypeError(f"{', '.join(given)} fuzz the clock: give a seed as well")
+            raise TypeError(f"{where}: {', '.join(given)} fuzz the clock: give a seed as well")
         return None
     if jitter is None:
         jitter = DEFAULT_JITTER_TICKS * tick
-    return Fuzz.checked(seed, jitter, stall_rate, stall)
+    return Fuzz.checked(seed, jitter, stall_rate, stall, prefix=f"{where}: ")
+
+
+def _factory(
+    where: str,
+    base: object,
+    autojump: object,
+    start: object,
+    tick: object,
+    seed: object,
+    jitter: object,
+    stall_rate: object,
+    stall: object,
+) -> LoopFactory:
+    """:func:`virtual_loop_factory`, every argument checked, errors naming ``where``."""
+    factory = _virtual_loop_factory(base, tick, autojump, start, where)
+    fuzz = _fuzz(where, seed, jitter, stall_rate, stall, factory.config.tick)
+    return factory if fuzz is None else FuzzedLoopFactory(factory.config, fuzz)
 
 
 def virtual_loop_factory(
@@ -159,16 +178,18 @@ def virtual_loop_factory(
     >>> asyncio.run(main(), loop_factory=aiowheel.testing.virtual_loop_factory())
     >>> asyncio.run(main(), loop_factory=aiowheel.testing.virtual_loop_factory(seed=7))
     """
-    factory = _virtual_loop_factory(base, tick, autojump, start)
-    fuzz = _fuzz(seed, jitter, stall_rate, stall, factory.config.tick)
-    return factory if fuzz is None else FuzzedLoopFactory(factory.config, fuzz)
+    return _factory(
+        "virtual_loop_factory()", base, autojump, start, tick, seed, jitter, stall_rate, stall
+    )
 
 
-def clock_of(loop: asyncio.AbstractEventLoop) -> VirtualClock | None:
-    """The virtual clock of ``loop``; None if ``loop`` is not on one.
+def clock_of(loop: asyncio.AbstractEventLoop | None = None) -> VirtualClock | None:
+    """The virtual clock of ``loop`` (default: the running loop); None if it is not on one.
 
-    >>> aiowheel.testing.clock_of(asyncio.get_running_loop()).now
+    >>> aiowheel.testing.clock_of().now
     """
+    if loop is None or not isinstance(loop, asyncio.AbstractEventLoop):
+        loop = _loop_of(loop, "clock_of()")  # the running loop, or a clear error
     clock: VirtualClock | None = getattr(loop, "_aiowheel_clock", None)
     return clock if isinstance(clock, VirtualClock) else None
 
@@ -214,14 +235,10 @@ def run(
     try:
         if asyncio._get_running_loop() is not None:
             raise RuntimeError("aiowheel.testing.run() cannot be called from a running event loop")
-        factory = virtual_loop_factory(
-            base,
-            autojump=autojump,
-            start=start,
-            seed=seed,
-            jitter=jitter,
-            stall_rate=stall_rate,
-            stall=stall,
+        _validate.coroutine(main, "testing.run()")
+        _validate.debug(debug, "testing.run()")
+        factory = _factory(
+            "testing.run()", base, autojump, start, _DEFAULT_TICK, seed, jitter, stall_rate, stall
         )
     except BaseException:
         if asyncio.iscoroutine(main):
@@ -263,6 +280,12 @@ def first_divergence(
 ) -> str | None:
     """Where two traces (:meth:`VirtualClock.trace`) part, with ``context`` events before it
     from both; None if they are equal."""
+    if isinstance(context, bool) or not isinstance(context, int):
+        raise TypeError(
+            f"first_divergence(): context must be an int >= 0, got {type(context).__name__}"
+        )
+    if context < 0:
+        raise ValueError(f"first_divergence(): context must be an int >= 0, got {context!r}")
     for index in range(max(len(first), len(second))):
         a = first[index] if index < len(first) else None
         b = second[index] if index < len(second) else None
@@ -297,9 +320,14 @@ def check_determinism(
 
     >>> aiowheel.testing.check_determinism(lambda: client(retries=3), seed=11)
     """
+    if not callable(main):
+        raise TypeError(
+            "check_determinism(): main must be a function returning a coroutine (it runs "
+            f"twice), got {type(main).__name__}"
+        )
     traces = []
-    factory = virtual_loop_factory(
-        base, seed=seed, jitter=jitter, stall_rate=stall_rate, stall=stall
+    factory = _factory(
+        "check_determinism()", base, True, 0.0, _DEFAULT_TICK, seed, jitter, stall_rate, stall
     )
     for _ in range(2):
         with asyncio.Runner(loop_factory=factory) as runner:

@@ -134,18 +134,19 @@ def test_the_base_heap_is_listed_as_loop_and_the_wake_up_never(base: Base) -> No
 
 
 def test_bad_loops_and_closed_loops() -> None:
-    with pytest.raises(TypeError, match="loop must be an asyncio event loop, got str"):
+    with pytest.raises(TypeError, match=r"^pending_timers\(\): loop must be an asyncio event"):
         aiowheel.pending_timers("loop")  # type: ignore[arg-type]
-    with pytest.raises(RuntimeError, match="no running event loop"):
+    with pytest.raises(RuntimeError, match=r"^pending_timers\(\): no running event loop.*"
+                       r"pending_timers\(loop\)$"):  # fmt: skip
         aiowheel.pending_timers()
     loop = aiowheel.new_event_loop()
     loop.call_later(5, cb)
     assert [t.kind for t in aiowheel.pending_timers(loop)] == ["call"]
     loop.close()
     assert aiowheel.pending_timers(loop) == []
-    with pytest.raises(ValueError, match=r"^timer_census\(\) top must be .*, got 0$"):
+    with pytest.raises(ValueError, match=r"^timer_census\(\): top must be .*, got 0$"):
         aiowheel.timer_census(loop, top=0)
-    with pytest.raises(TypeError, match=r"^timer_census\(\) top must be .*, got float$"):
+    with pytest.raises(TypeError, match=r"^timer_census\(\): top must be .*, got float$"):
         aiowheel.timer_census(loop, top=1.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="enabled must be a bool, got str"):
         aiowheel.track_origins("yes", loop=loop)  # type: ignore[arg-type]
@@ -320,6 +321,30 @@ def test_current_deadline_sees_the_timeouts_guarding_this_task(base: Base) -> No
     assert on_loop_mode(deadlines(), base) == expected
     # On a virtual clock, exactly.
     assert testing.run(deadlines(), base=base) == expected
+
+
+def test_every_inspection_function_takes_the_loop_it_is_asked_about() -> None:
+    # #37: loop=None is the running loop; a loop given is asked about, running or not.
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        idle = aiowheel.new_event_loop()  # not running: no current task, no deadline
+        try:
+            async with asyncio.timeout(30):
+                return [
+                    aiowheel.current_deadline(loop) == aiowheel.current_deadline(),
+                    whole(aiowheel.time_left(loop) or -1),
+                    aiowheel.timer_of() is aiowheel.timer_of(loop) is not None,
+                    aiowheel.config_of() == aiowheel.config_of(loop) != None,  # noqa: E711
+                    testing.clock_of() is testing.clock_of(loop) is not None,
+                    aiowheel.current_deadline(idle),
+                    aiowheel.time_left(idle),
+                    aiowheel.timer_of(idle) is not aiowheel.timer_of(loop),
+                    len(aiowheel.pending_timers(idle)),
+                ]
+        finally:
+            idle.close()
+
+    assert testing.run(main()) == [True, 30, True, True, True, None, None, True, 0]
 
 
 def test_current_deadline_on_asyncios_own_loop_and_outside_a_task() -> None:

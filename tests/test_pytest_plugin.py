@@ -507,7 +507,7 @@ def test_the_fixture_on_a_real_clock_says_why(tmp_path: Path) -> None:
         ("'virtual', 'real'", "takes one of 'real', 'virtual'"),
         ("tick=1", "takes one of 'real', 'virtual'"),
         ("autojump=-1", "autojump must be True, False or a non-negative, finite number"),
-        ("start=float('nan')", "start must be a finite number of seconds, got nan"),
+        ("start=float('nan')", "start must be a non-negative, finite number of seconds, got nan"),
     ],
 )
 def test_a_malformed_marker_is_a_usage_error_naming_the_test(

@@ -94,13 +94,13 @@ def _capture(errors: list[BaseException], fn: Any, *args: Any) -> None:
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda t: t.call_later(math.nan, print), "delay must not be NaN"),
-        (lambda t: t.call_at(math.nan, print), "deadline must not be NaN"),
-        (lambda t: t.timeout(math.nan), "delay must not be NaN"),
-        (lambda t: t.timeout_at(math.nan), "deadline must not be NaN"),
-        (lambda t: t.schedule_later(math.nan, print), "delay must not be NaN"),
-        (lambda t: aiowheel.call_later(math.nan, print), "delay must not be NaN"),
-        (lambda t: aiowheel.timeout(math.nan), "delay must not be NaN"),
+        (lambda t: t.call_later(math.nan, print), r"call_later\(\): delay must not be NaN"),
+        (lambda t: t.call_at(math.nan, print), r"call_at\(\): deadline must not be NaN"),
+        (lambda t: t.timeout(math.nan), r"timeout\(\): delay must not be NaN"),
+        (lambda t: t.timeout_at(math.nan), r"timeout_at\(\): deadline must not be NaN"),
+        (lambda t: t.schedule_later(math.nan, print), r"schedule_later\(\): delay must not be NaN"),
+        (lambda t: aiowheel.call_later(math.nan, print), r"call_later\(\): delay must not be NaN"),
+        (lambda t: aiowheel.timeout(math.nan), r"timeout\(\): delay must not be NaN"),
     ],
     ids=[
         "call_later",
@@ -124,10 +124,16 @@ async def test_a_nan_is_refused_by_the_name_the_user_gave_it(
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda t: t.sleep(math.nan), "delay must not be NaN"),
-        (lambda t: t.sleep_until(math.nan), "deadline must not be NaN"),
-        (lambda t: t.wait_for(asyncio.sleep(1), math.nan), "timeout must not be NaN"),
-        (lambda t: aiowheel.wait_for(asyncio.sleep(1), math.nan), "timeout must not be NaN"),
+        (lambda t: t.sleep(math.nan), r"sleep\(\): delay must not be NaN"),
+        (lambda t: t.sleep_until(math.nan), r"sleep_until\(\): deadline must not be NaN"),
+        (
+            lambda t: t.wait_for(asyncio.sleep(1), math.nan),
+            r"wait_for\(\): timeout must not be NaN",
+        ),
+        (
+            lambda t: aiowheel.wait_for(asyncio.sleep(1), math.nan),
+            r"wait_for\(\): timeout must not be NaN",
+        ),
     ],
     ids=["sleep", "sleep_until", "wait_for", "aiowheel.wait_for"],
 )

@@ -81,7 +81,9 @@ def test_loop_factory_pickles_and_its_copy_makes_the_same_loops(base: Any) -> No
 
 
 def test_an_unknown_base_name_is_refused_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"^unknown base loop 'trio'; known: asyncio, uvloop"):
+    with pytest.raises(
+        ValueError, match=r"^base_class\(\): unknown base loop 'trio'; known: asyncio, uvloop"
+    ):
         aiowheel.loops.base_class("trio")
 
 

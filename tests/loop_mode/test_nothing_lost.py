@@ -152,8 +152,8 @@ def test_a_nan_deadline_of_any_type_is_refused_and_nothing_is_filed(nan: Any) ->
         return str(at.value), str(later.value), len(loop._scheduled) - before + len(timer)  # type: ignore[attr-defined]
 
     at, later, filed = _finishes(lambda: aiowheel.run(main()))
-    assert at == "call_at() deadline must not be NaN"
-    assert later == "call_later() delay must not be NaN"
+    assert at == "call_at(): deadline must not be NaN"
+    assert later == "call_later(): delay must not be NaN"
     assert filed == 0
 
 
@@ -233,7 +233,9 @@ def test_a_timer_of_its_own_closed_in_a_due_batch_lets_that_batch_finish() -> No
 
 
 def test_slots_past_the_limit_are_refused_at_construction_as_the_core_refuses_them() -> None:
-    with pytest.raises(ValueError, match=r"^slots must be a power of two from 2 to 1048576"):
+    with pytest.raises(
+        ValueError, match=r"^Timer\(\): slots must be a power of two from 2 to 1048576"
+    ):
         aiowheel.Timer(slots=2**21)
     if aiowheel.NATIVE:  # the native core's limit is the wheel's, with the same words
         from aiowheel import _core  # type: ignore[attr-defined]
