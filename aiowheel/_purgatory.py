@@ -184,7 +184,9 @@ class Purgatory:
 
     def __init__(self, timer: Timer | Unchecked | None = None) -> None:
         if timer is not None and not isinstance(timer, Timer):
-            raise TypeError(f"timer must be an aiowheel.Timer or None, got {type(timer).__name__}")
+            raise TypeError(
+                f"Purgatory(): timer must be an aiowheel.Timer or None, got {type(timer).__name__}"
+            )
         self._timer: Timer | None = timer
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tid = 0
@@ -369,7 +371,7 @@ class Purgatory:
             return 0
         if self._tid != _get_ident():
             raise RuntimeError(
-                "Purgatory.signal() called from a thread that does not run the purgatory's "
+                "Purgatory.signal(): called from a thread that does not run the purgatory's "
                 "loop: hand it over with loop.call_soon_threadsafe(purgatory.signal, key)"
             )
         completed = 0
@@ -409,7 +411,7 @@ class Purgatory:
         if running is not None and running is loop:
             return running
         if running is None:
-            raise RuntimeError(f"Purgatory.{method}() needs a running event loop")
+            raise RuntimeError(f"Purgatory.{method}(): needs a running event loop")
         if loop is not None:
             raise RuntimeError(
                 f"Purgatory.{method}(): this purgatory belongs to another event loop"
@@ -885,7 +887,7 @@ class DelayedOperation:
         purgatory = self._purgatory
         if purgatory._tid != _get_ident():
             raise RuntimeError(
-                f"{type(self).__qualname__}.{method}() called from a thread that does not run "
+                f"{type(self).__qualname__}.{method}(): called from a thread that does not run "
                 "the purgatory's loop: hand it over with loop.call_soon_threadsafe"
             )
         self._phase = outcome
@@ -921,4 +923,3 @@ class DelayedOperation:
 
 
 _Operation = _Wait[Any] | DelayedOperation
-

@@ -555,9 +555,11 @@ def test_a_purgatory_belongs_to_one_loop() -> None:
     asyncio.run(use())
     with pytest.raises(RuntimeError, match="belongs to another event loop"):
         asyncio.run(use())
-    with pytest.raises(RuntimeError, match="needs a running event loop"):
+    with pytest.raises(RuntimeError, match=r"^Purgatory\.wait\(\): needs a running event loop"):
         purgatory.wait(["k"], lambda: 1, 1)
-    with pytest.raises(TypeError, match="timer must be an aiowheel.Timer or None, got str"):
+    with pytest.raises(
+        TypeError, match=r"^Purgatory\(\): timer must be an aiowheel.Timer or None, got str"
+    ):
         Purgatory("timer")  # type: ignore[arg-type]
 
 
