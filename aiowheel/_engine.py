@@ -161,6 +161,9 @@ _FOREIGN_CANCEL: Final = (
 # max_pending=None: no limit (a C static in the compiled build).
 _NO_LIMIT: Final = sys.maxsize
 
+DEFAULT_MAX_BATCH: Final = 256
+"""The most due callbacks a wheel runs per loop iteration by default (``max_batch``)."""
+
 # Past this many live engines (Timers) on one loop, warn once (Netty's too-many-instances lesson).
 TOO_MANY_TIMERS: Final = 64
 
@@ -277,6 +280,11 @@ class Engine(Owner):
     __slots__ = (
         "_armed",
         "_asyncio_loop",
+        "_backlog",
+        "_backlog_at",
+        "_backlog_native",
+        "_backlog_queued",
+        "_backlog_when",
         "_bound_loop",
         "_cancelled_on_close",
         "_claim_lock",
@@ -295,6 +303,7 @@ class Engine(Owner):
         "_limit",
         "_listing",
         "_loop",
+        "_max_batch",
         "_max_lateness",
         "_native_ready",
         "_origins",
@@ -314,16 +323,25 @@ class Engine(Owner):
     )
 
     def __init__(
-        self, *, tick: Seconds = 0.001, slots: Count = 64, max_pending: Count | None = None
+        self,
+        *,
+        tick: Seconds = 0.001,
+        slots: Count = 64,
+        max_pending: Count | None = None,
+        max_batch: Count | None = DEFAULT_MAX_BATCH,
     ) -> None:
         """Create an unbound engine; see :class:`aiowheel.Timer` for the parameters."""
         resolution = _validate.tick(tick)
         limit = _validate.max_pending(max_pending)
+        batch = _validate.max_batch(max_batch)
         self._wheel: Final = Wheel(slots)  # validates slots
         self._tick: Final = resolution
         self._inverse_tick: Final = 1.0 / resolution
         self._slots: Final = self._wheel.slots
         self._limit: Final = _NO_LIMIT if limit is None else limit
+        # At most this many due callbacks run per loop iteration (_dispatch_ready): the rest
+        # wait in the backlog, in deadline order, and the loop polls its I/O in between.
+        self._max_batch: Final = _NO_LIMIT if batch is None else batch
         # `_loop` is what the hot path compares the running loop with: None until bound and
         # again once closed, so that one identity check routes every odd case to _check_loop.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -383,6 +401,15 @@ class Engine(Owner):
         self._core: Any = None
         # The due handles of the core this pass found (a list), run with the engine's own batch.
         self._native_ready: Any = None
+        # Due callbacks beyond max_batch, in deadline order (engine entries and core handles
+        # alike), with the deadline each came due at; those before _backlog_at have run.
+        # _backlog_native: every one is a core handle (a chunk runs through core.run);
+        # _backlog_queued: _run_backlog is queued on the loop (call_soon).
+        self._backlog: list[Any] = []
+        self._backlog_when: list[float] = []
+        self._backlog_at = 0
+        self._backlog_native = True
+        self._backlog_queued = False
 
     # -- the loop check, binding, the reaper's life ----------------------------------------------
 
@@ -1204,7 +1231,9 @@ class Engine(Owner):
 
         Normally as one batch (one loop callback, or run inline by loop mode's reaper). In
         debug mode each gets a loop callback of its own, so that asyncio's debug machinery
-        (the slow-callback report, the current handle) sees and names each one.
+        (the slow-callback report, the current handle) sees and names each one. More than
+        ``max_batch`` of them, or any while earlier ones still wait, go through the backlog:
+        ``max_batch`` per loop iteration (:meth:`_run_backlog`).
         """
         batch = self._ready
         self._ready = []
@@ -1214,6 +1243,18 @@ class Engine(Owner):
         self._native_ready = None
         loop = self._bound_loop
         assert loop is not None
+        count = len(batch) if native_batch is None else len(batch) + len(native_batch)
+        if count > self._max_batch or self._backlog_at < len(self._backlog):
+            self._to_backlog(batch, whens, native_batch)
+            if self._debug:
+                self._backlog_to_loop(loop)
+            elif not self._backlog_queued:
+                if inline:
+                    self._run_backlog()
+                else:
+                    self._backlog_queued = True
+                    loop.call_soon(self._run_backlog)
+            return
         if native_batch is not None:
             if batch:
                 # Both wheels had callbacks due: one batch, in deadline order.
@@ -1241,6 +1282,84 @@ class Engine(Owner):
             _run_ready(batch)
         else:
             loop.call_soon(_run_ready, batch)
+
+    def _to_backlog(
+        self, batch: list[_Timed], whens: list[float], native_batch: list[Any] | None
+    ) -> None:
+        """Add a pass's due callbacks to the backlog, keeping it in deadline order (ahead of
+        a new one within a deadline: it came due first)."""
+        if native_batch is None:
+            items: list[Any] = list(batch)
+            item_whens = whens
+        else:
+            native_whens = [_when_of(handle) for handle in native_batch]
+            if batch:
+                items, item_whens = _merge(batch, whens, native_batch, native_whens)
+            else:
+                items, item_whens = native_batch, native_whens
+        native = self._backlog_native or self._backlog_at >= len(self._backlog)
+        self._backlog_native = native and not batch
+        at = self._backlog_at
+        backlog = self._backlog
+        backlog_when = self._backlog_when
+        if at >= len(backlog):
+            self._backlog = items
+            self._backlog_when = item_whens
+            self._backlog_at = 0
+        elif not item_whens or item_whens[0] >= backlog_when[-1]:
+            backlog.extend(items)  # nearly always: later than every one still waiting
+            backlog_when.extend(item_whens)
+        else:  # a deadline filed already past, earlier than some still waiting
+            self._backlog, self._backlog_when = _merge(
+                backlog[at:], backlog_when[at:], items, item_whens
+            )
+            self._backlog_at = 0
+
+    def _run_backlog(self) -> None:
+        """Run the next ``max_batch`` callbacks of the backlog (a loop callback, or inline in
+        loop mode's reaper); if more wait, queue itself on the loop again, so that the loop
+        polls its I/O and runs what that woke before the next chunk. SystemExit or
+        KeyboardInterrupt leaves the loop as from any loop callback; the rest of the chunk
+        and of the backlog run on the loop's next iteration, in order."""
+        self._backlog_queued = False
+        backlog = self._backlog
+        at = self._backlog_at
+        native = self._backlog_native
+        end = at + self._max_batch
+        if end >= len(backlog):
+            end = len(backlog)
+            chunk = backlog[at:] if at else backlog
+            # Drained before it runs: a pass the chunk's callbacks start begins a new one.
+            self._backlog = []
+            self._backlog_when = []
+            self._backlog_at = 0
+            self._backlog_native = True
+        else:
+            chunk = backlog[at:end]
+            self._backlog_at = end
+        try:
+            if native:
+                self._core.run(chunk)
+            else:
+                _run_mixed(chunk)
+        finally:
+            if self._backlog_at < len(self._backlog) and not self._backlog_queued:
+                loop = self._bound_loop
+                if loop is None:  # closed meanwhile: what was handed over still runs
+                    loop = asyncio.get_running_loop()
+                self._backlog_queued = True
+                loop.call_soon(self._run_backlog)
+
+    def _backlog_to_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Debug mode: every callback of the backlog a loop callback of its own, in order."""
+        backlog = self._backlog
+        at = self._backlog_at
+        self._backlog = []
+        self._backlog_when = []
+        self._backlog_at = 0
+        self._backlog_native = True
+        for index in range(at, len(backlog)):
+            loop.call_soon(_debug.DueCallback(backlog[index]))
 
     def _advance(self) -> None:
         """Advance the wheel to now: fire every due entry, queueing callbacks in ``_ready``."""
@@ -1388,6 +1507,29 @@ def _merged(batch: list[_Timed], whens: list[float], native_batch: list[Any]) ->
     merged.extend(batch[i:])
     merged.extend(native_batch[j:])
     return merged
+
+
+def _merge(
+    first: list[Any], first_whens: list[float], second: list[Any], second_whens: list[float]
+) -> tuple[list[Any], list[float]]:
+    """Two lists in deadline order as one, with its deadlines (``first``'s ahead in a tie)."""
+    merged: list[Any] = []
+    merged_whens: list[float] = []
+    i = j = 0
+    while i < len(first) and j < len(second):
+        if second_whens[j] < first_whens[i]:
+            merged.append(second[j])
+            merged_whens.append(second_whens[j])
+            j += 1
+        else:
+            merged.append(first[i])
+            merged_whens.append(first_whens[i])
+            i += 1
+    merged.extend(first[i:])
+    merged_whens.extend(first_whens[i:])
+    merged.extend(second[j:])
+    merged_whens.extend(second_whens[j:])
+    return merged, merged_whens
 
 
 def _run_mixed(batch: list[Any]) -> None:
