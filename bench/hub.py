@@ -65,6 +65,7 @@ import base64
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -116,13 +117,17 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def make_loop(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    """A factory of fresh loops for contender ``name`` (``uvloop``, ``loop-mode/uvloop``...)."""
+    """A factory of fresh loops for contender ``name`` (``uvloop``, ``loop-mode/uvloop``...;
+    ``loop-mode@64/uvloop``: loop mode with ``max_batch=64``, ``@none`` for no bound)."""
     import aiowheel
     import aiowheel.loops
 
     mode, _, base_name = name.rpartition("/")
     base = aiowheel.loops.base_class(base_name)
+    mode, _, batch = mode.partition("@")
     if mode == "loop-mode":
+        if batch:
+            return aiowheel.loop_factory(base, max_batch=None if batch == "none" else int(batch))
         return aiowheel.loop_factory(base)
     return asyncio.new_event_loop if base is None else base
 
@@ -672,7 +677,7 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
         "live_p99_ms": live_lat["p99"],
         "live_msgs": live_lat["n"],
     }
-    loop_mode = contender.startswith("loop-mode/")
+    loop_mode = contender.startswith("loop-mode")
     problems = []
     lost_idle = sum(c["lost"] for c in chat)  # a count since the connect, chatty's the last
     if lost_idle:
@@ -754,7 +759,9 @@ def contenders(requested: str | None, quick: bool) -> list[str]:
     every = [f"{mode}{base}" for base in bases for mode in ("", "loop-mode/")]
     if requested:
         chosen = [c.strip() for c in requested.split(",") if c.strip()]
-        unknown = [c for c in chosen if c not in every]
+        # loop-mode@K/base: loop mode with max_batch=K (none: no bound), to compare settings
+        unknown = [c for c in chosen if re.sub(r"^loop-mode@(\d+|none)/", "loop-mode/", c)
+                   not in every]  # fmt: skip
         if unknown:
             raise SystemExit(f"unknown or not installed: {', '.join(unknown)}; "
                              f"here: {', '.join(every)}")  # fmt: skip
