@@ -164,6 +164,12 @@ _NO_LIMIT: Final = sys.maxsize
 DEFAULT_MAX_BATCH: Final = 256
 """The most due callbacks a wheel runs per loop iteration by default (``max_batch``)."""
 
+# A backlog of due callbacks gets further chunks in one iteration only when the rest of the
+# loop took longer than this since its last chunk (Engine._run_backlog): then as much time as
+# the rest took. Below it, one chunk per iteration (the I/O between costs little).
+_FAIR_FLOOR: Final = 0.002
+_perf_counter: Final = time.perf_counter
+
 # Past this many live engines (Timers) on one loop, warn once (Netty's too-many-instances lesson).
 TOO_MANY_TIMERS: Final = 64
 
@@ -285,6 +291,7 @@ class Engine(Owner):
         "_backlog_native",
         "_backlog_queued",
         "_backlog_when",
+        "_backlog_yielded",
         "_bound_loop",
         "_cancelled_on_close",
         "_claim_lock",
@@ -410,6 +417,8 @@ class Engine(Owner):
         self._backlog_at = 0
         self._backlog_native = True
         self._backlog_queued = False
+        # When the last chunk ended (time.perf_counter): the fair share (_run_backlog).
+        self._backlog_yielded = 0.0
 
     # -- the loop check, binding, the reaper's life ----------------------------------------------
 
@@ -1306,6 +1315,7 @@ class Engine(Owner):
             self._backlog = items
             self._backlog_when = item_whens
             self._backlog_at = 0
+            self._backlog_yielded = _perf_counter()  # a new backlog owes nothing yet
         elif not item_whens or item_whens[0] >= backlog_when[-1]:
             backlog.extend(items)  # nearly always: later than every one still waiting
             backlog_when.extend(item_whens)
@@ -1320,29 +1330,46 @@ class Engine(Owner):
         loop mode's reaper); if more wait, queue itself on the loop again, so that the loop
         polls its I/O and runs what that woke before the next chunk. SystemExit or
         KeyboardInterrupt leaves the loop as from any loop callback; the rest of the chunk
-        and of the backlog run on the loop's next iteration, in order."""
+        and of the backlog run on the loop's next iteration, in order.
+
+        A fair share, so that timers never starve: when the rest of the loop took more than
+        ``_FAIR_FLOOR`` since the last chunk (a loop saturated with I/O), further chunks run
+        until the backlog has had as much time as the rest. One chunk per iteration against
+        an iteration of 20 ms of reads would drain 64 callbacks in 20 ms while heartbeats
+        come due faster: the backlog, and every idle timeout behind it, would fall behind
+        for good (measured: the hub's mass expiry on ``max_batch=64``).
+        """
         self._backlog_queued = False
-        backlog = self._backlog
-        at = self._backlog_at
-        native = self._backlog_native
-        end = at + self._max_batch
-        if end >= len(backlog):
-            end = len(backlog)
-            chunk = backlog[at:] if at else backlog
-            # Drained before it runs: a pass the chunk's callbacks start begins a new one.
-            self._backlog = []
-            self._backlog_when = []
-            self._backlog_at = 0
-            self._backlog_native = True
-        else:
-            chunk = backlog[at:end]
-            self._backlog_at = end
+        started = _perf_counter()
+        owed = started - self._backlog_yielded
+        if owed < _FAIR_FLOOR:
+            owed = 0.0
         try:
-            if native:
-                self._core.run(chunk)
-            else:
-                _run_mixed(chunk)
+            while True:
+                backlog = self._backlog
+                at = self._backlog_at
+                if at >= len(backlog):
+                    return  # drained, or debug mode handed it to the loop (_backlog_to_loop)
+                native = self._backlog_native
+                end = at + self._max_batch
+                if end >= len(backlog):
+                    chunk = backlog[at:] if at else backlog
+                    # Drained before it runs: a pass the chunk's callbacks start begins anew.
+                    self._backlog = []
+                    self._backlog_when = []
+                    self._backlog_at = 0
+                    self._backlog_native = True
+                else:
+                    chunk = backlog[at:end]
+                    self._backlog_at = end
+                if native:
+                    self._core.run(chunk)
+                else:
+                    _run_mixed(chunk)
+                if _perf_counter() - started >= owed:
+                    return
         finally:
+            self._backlog_yielded = _perf_counter()
             if self._backlog_at < len(self._backlog) and not self._backlog_queued:
                 loop = self._bound_loop
                 if loop is None:  # closed meanwhile: what was handed over still runs
