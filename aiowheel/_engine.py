@@ -161,7 +161,7 @@ _FOREIGN_CANCEL: Final = (
 # max_pending=None: no limit (a C static in the compiled build).
 _NO_LIMIT: Final = sys.maxsize
 
-DEFAULT_MAX_BATCH: Final = 256
+DEFAULT_MAX_BATCH: Final = 64
 """The most due callbacks a wheel runs per loop iteration by default (``max_batch``)."""
 
 # A backlog of due callbacks gets further chunks in one iteration only when the rest of the

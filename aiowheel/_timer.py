@@ -59,7 +59,8 @@ class Timer(Engine):
     beyond it raises :class:`PendingLimitError` and changes nothing. ``max_batch`` bounds the
     due callbacks run per loop iteration (None: no bound): when more come due at once (a mass
     expiry), the rest run on the following iterations, in deadline order, with the loop
-    polling its I/O between chunks.
+    polling its I/O between chunks (and, on a loop busy elsewhere for more than 2 ms an
+    iteration, as much time for them as the rest of the loop took, so they never starve).
 
     Use it as ``async with Timer() as timer:`` or let it bind lazily to the running loop on
     first use; share one per loop (:func:`aiowheel.get_timer`) rather than making many.

@@ -360,8 +360,8 @@ def test_a_bad_max_batch_is_refused_everywhere(value: object, error: type[Except
 def test_the_setting_is_kept_and_shown() -> None:
     assert aiowheel.Timer().max_batch == DEFAULT_MAX_BATCH
     assert aiowheel.Timer(max_batch=None).max_batch is None
-    factory = aiowheel.loop_factory(max_batch=64)
-    assert factory.max_batch == factory.config.max_batch == 64
-    assert "max_batch=64" in repr(factory)
+    factory = aiowheel.loop_factory(max_batch=32)
+    assert factory.max_batch == factory.config.max_batch == 32
+    assert "max_batch=32" in repr(factory)
     assert "max_batch" not in repr(aiowheel.loop_factory())
     assert aiowheel.loop_factory().max_batch == DEFAULT_MAX_BATCH
