@@ -792,7 +792,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--connections", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--contenders", help="comma-separated (default: every base installed, "
-                        "stock and loop mode)")  # fmt: skip
+                        "stock and loop mode; loop-mode@K/BASE: loop mode with max_batch=K, "
+                        "@none for no bound)")  # fmt: skip
     parser.add_argument("--heartbeat", type=float, default=2.0, help="s of silence per PING")
     parser.add_argument("--idle-timeout", type=float, default=10.0)
     parser.add_argument("--keepalive", type=float, default=3.0, help="s between messages")
