@@ -161,6 +161,18 @@ _FOREIGN_CANCEL: Final = (
 # max_pending=None: no limit (a C static in the compiled build).
 _NO_LIMIT: Final = sys.maxsize
 
+DEFAULT_MAX_BATCH: Final[int | None] = None
+"""The most due callbacks a wheel runs per loop iteration by default (``max_batch``): no bound,
+as asyncio runs every timer due in one iteration. A server that expires thousands of timers at
+once sets it (64 halved the hub's live p99 during a mass expiry; docs/loop-mode.md); a bound
+costs a program that runs a big due batch of cheap callbacks one loop iteration per chunk."""
+
+# A backlog of due callbacks gets further chunks in one iteration only when the rest of the
+# loop took longer than this since its last chunk (Engine._run_backlog): then as much time as
+# the rest took. Below it, one chunk per iteration (the I/O between costs little).
+_FAIR_FLOOR: Final = 0.002
+_perf_counter: Final = time.perf_counter
+
 # Past this many live engines (Timers) on one loop, warn once (Netty's too-many-instances lesson).
 TOO_MANY_TIMERS: Final = 64
 
@@ -277,6 +289,12 @@ class Engine(Owner):
     __slots__ = (
         "_armed",
         "_asyncio_loop",
+        "_backlog",
+        "_backlog_at",
+        "_backlog_native",
+        "_backlog_queued",
+        "_backlog_when",
+        "_backlog_yielded",
         "_bound_loop",
         "_cancelled_on_close",
         "_claim_lock",
@@ -295,6 +313,7 @@ class Engine(Owner):
         "_limit",
         "_listing",
         "_loop",
+        "_max_batch",
         "_max_lateness",
         "_native_ready",
         "_origins",
@@ -314,16 +333,25 @@ class Engine(Owner):
     )
 
     def __init__(
-        self, *, tick: Seconds = 0.001, slots: Count = 64, max_pending: Count | None = None
+        self,
+        *,
+        tick: Seconds = 0.001,
+        slots: Count = 64,
+        max_pending: Count | None = None,
+        max_batch: Count | None = DEFAULT_MAX_BATCH,
     ) -> None:
         """Create an unbound engine; see :class:`aiowheel.Timer` for the parameters."""
         resolution = _validate.tick(tick, "Timer()")
         limit = _validate.max_pending(max_pending, "Timer()")
+        batch = _validate.max_batch(max_batch, "Timer()")
         self._wheel: Final = Wheel(_validate.slots(slots, "Timer()"))
         self._tick: Final = resolution
         self._inverse_tick: Final = 1.0 / resolution
         self._slots: Final = self._wheel.slots
         self._limit: Final = _NO_LIMIT if limit is None else limit
+        # At most this many due callbacks run per loop iteration (_dispatch_ready): the rest
+        # wait in the backlog, in deadline order, and the loop polls its I/O in between.
+        self._max_batch: Final = _NO_LIMIT if batch is None else batch
         # `_loop` is what the hot path compares the running loop with: None until bound and
         # again once closed, so that one identity check routes every odd case to _check_loop.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -383,6 +411,17 @@ class Engine(Owner):
         self._core: Any = None
         # The due handles of the core this pass found (a list), run with the engine's own batch.
         self._native_ready: Any = None
+        # Due callbacks beyond max_batch, in deadline order (engine entries and core handles
+        # alike), with the deadline each came due at; those before _backlog_at have run.
+        # _backlog_native: every one is a core handle (a chunk runs through core.run);
+        # _backlog_queued: _run_backlog is queued on the loop (call_soon).
+        self._backlog: list[Any] = []
+        self._backlog_when: list[float] = []
+        self._backlog_at = 0
+        self._backlog_native = True
+        self._backlog_queued = False
+        # When the last chunk ended (time.perf_counter): the fair share (_run_backlog).
+        self._backlog_yielded = 0.0
 
     # -- the loop check, binding, the reaper's life ----------------------------------------------
 
@@ -1216,7 +1255,9 @@ class Engine(Owner):
 
         Normally as one batch (one loop callback, or run inline by loop mode's reaper). In
         debug mode each gets a loop callback of its own, so that asyncio's debug machinery
-        (the slow-callback report, the current handle) sees and names each one.
+        (the slow-callback report, the current handle) sees and names each one. More than
+        ``max_batch`` of them, or any while earlier ones still wait, go through the backlog:
+        ``max_batch`` per loop iteration (:meth:`_run_backlog`).
         """
         batch = self._ready
         self._ready = []
@@ -1226,6 +1267,18 @@ class Engine(Owner):
         self._native_ready = None
         loop = self._bound_loop
         assert loop is not None
+        count = len(batch) if native_batch is None else len(batch) + len(native_batch)
+        if count > self._max_batch or self._backlog_at < len(self._backlog):
+            self._to_backlog(batch, whens, native_batch)
+            if self._debug:
+                self._backlog_to_loop(loop)
+            elif not self._backlog_queued:
+                if inline:
+                    self._run_backlog()
+                else:
+                    self._backlog_queued = True
+                    loop.call_soon(self._run_backlog)
+            return
         if native_batch is not None:
             if batch:
                 # Both wheels had callbacks due: one batch, in deadline order.
@@ -1253,6 +1306,102 @@ class Engine(Owner):
             _run_ready(batch)
         else:
             loop.call_soon(_run_ready, batch)
+
+    def _to_backlog(
+        self, batch: list[_Timed], whens: list[float], native_batch: list[Any] | None
+    ) -> None:
+        """Add a pass's due callbacks to the backlog, keeping it in deadline order (ahead of
+        a new one within a deadline: it came due first)."""
+        if native_batch is None:
+            items: list[Any] = list(batch)
+            item_whens = whens
+        else:
+            native_whens = [_when_of(handle) for handle in native_batch]
+            if batch:
+                items, item_whens = _merge(batch, whens, native_batch, native_whens)
+            else:
+                items, item_whens = native_batch, native_whens
+        native = self._backlog_native or self._backlog_at >= len(self._backlog)
+        self._backlog_native = native and not batch
+        at = self._backlog_at
+        backlog = self._backlog
+        backlog_when = self._backlog_when
+        if at >= len(backlog):
+            self._backlog = items
+            self._backlog_when = item_whens
+            self._backlog_at = 0
+            self._backlog_yielded = _perf_counter()  # a new backlog owes nothing yet
+        elif not item_whens or item_whens[0] >= backlog_when[-1]:
+            backlog.extend(items)  # nearly always: later than every one still waiting
+            backlog_when.extend(item_whens)
+        else:  # a deadline filed already past, earlier than some still waiting
+            self._backlog, self._backlog_when = _merge(
+                backlog[at:], backlog_when[at:], items, item_whens
+            )
+            self._backlog_at = 0
+
+    def _run_backlog(self) -> None:
+        """Run the next ``max_batch`` callbacks of the backlog (a loop callback, or inline in
+        loop mode's reaper); if more wait, queue itself on the loop again, so that the loop
+        polls its I/O and runs what that woke before the next chunk. SystemExit or
+        KeyboardInterrupt leaves the loop as from any loop callback; the rest of the chunk
+        and of the backlog run on the loop's next iteration, in order.
+
+        A fair share, so that timers never starve: when the rest of the loop took more than
+        ``_FAIR_FLOOR`` since the last chunk (a loop saturated with I/O), further chunks run
+        until the backlog has had as much time as the rest. One chunk per iteration against
+        an iteration of 20 ms of reads would drain 64 callbacks in 20 ms while heartbeats
+        come due faster: the backlog, and every idle timeout behind it, would fall behind
+        for good (measured: the hub's mass expiry on ``max_batch=64``).
+        """
+        self._backlog_queued = False
+        started = _perf_counter()
+        owed = started - self._backlog_yielded
+        if owed < _FAIR_FLOOR:
+            owed = 0.0
+        try:
+            while True:
+                backlog = self._backlog
+                at = self._backlog_at
+                if at >= len(backlog):
+                    return  # drained, or debug mode handed it to the loop (_backlog_to_loop)
+                native = self._backlog_native
+                end = at + self._max_batch
+                if end >= len(backlog):
+                    chunk = backlog[at:] if at else backlog
+                    # Drained before it runs: a pass the chunk's callbacks start begins anew.
+                    self._backlog = []
+                    self._backlog_when = []
+                    self._backlog_at = 0
+                    self._backlog_native = True
+                else:
+                    chunk = backlog[at:end]
+                    self._backlog_at = end
+                if native:
+                    self._core.run(chunk)
+                else:
+                    _run_mixed(chunk)
+                if _perf_counter() - started >= owed:
+                    return
+        finally:
+            self._backlog_yielded = _perf_counter()
+            if self._backlog_at < len(self._backlog) and not self._backlog_queued:
+                loop = self._bound_loop
+                if loop is None:  # closed meanwhile: what was handed over still runs
+                    loop = asyncio.get_running_loop()
+                self._backlog_queued = True
+                loop.call_soon(self._run_backlog)
+
+    def _backlog_to_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Debug mode: every callback of the backlog a loop callback of its own, in order."""
+        backlog = self._backlog
+        at = self._backlog_at
+        self._backlog = []
+        self._backlog_when = []
+        self._backlog_at = 0
+        self._backlog_native = True
+        for index in range(at, len(backlog)):
+            loop.call_soon(_debug.DueCallback(backlog[index]))
 
     def _advance(self) -> None:
         """Advance the wheel to now: fire every due entry, queueing callbacks in ``_ready``."""
@@ -1400,6 +1549,29 @@ def _merged(batch: list[_Timed], whens: list[float], native_batch: list[Any]) ->
     merged.extend(batch[i:])
     merged.extend(native_batch[j:])
     return merged
+
+
+def _merge(
+    first: list[Any], first_whens: list[float], second: list[Any], second_whens: list[float]
+) -> tuple[list[Any], list[float]]:
+    """Two lists in deadline order as one, with its deadlines (``first``'s ahead in a tie)."""
+    merged: list[Any] = []
+    merged_whens: list[float] = []
+    i = j = 0
+    while i < len(first) and j < len(second):
+        if second_whens[j] < first_whens[i]:
+            merged.append(second[j])
+            merged_whens.append(second_whens[j])
+            j += 1
+        else:
+            merged.append(first[i])
+            merged_whens.append(first_whens[i])
+            i += 1
+    merged.extend(first[i:])
+    merged_whens.extend(first_whens[i:])
+    merged.extend(second[j:])
+    merged_whens.extend(second_whens[j:])
+    return merged, merged_whens
 
 
 def _run_mixed(batch: list[Any]) -> None:

@@ -156,6 +156,8 @@ class LoopConfig:
     """A virtual clock's settings (:func:`aiowheel.testing.virtual_loop_factory`); None for
     the loop's own, real clock. A virtual loop puts every timer on the wheel, whatever the
     threshold."""
+    max_batch: int | None = _engine.DEFAULT_MAX_BATCH
+    """The most due callbacks the wheel runs per loop iteration (None: no bound)."""
 
     def __post_init__(self) -> None:
         # Made by hand too (it is public): the checks loop_factory makes, named LoopConfig().
@@ -277,7 +279,7 @@ def watch_loops(watcher: LoopWatcher) -> Callable[[], None]:
 
 def _install(loop: Any, config: LoopConfig) -> None:
     """Give ``loop`` its Timer and bind its call_at / call_later to the Timer's router."""
-    timer = Timer(tick=config.tick)
+    timer = Timer(tick=config.tick, max_batch=config.max_batch)
     heap = _BaseHeap(loop, config.base)
     loop._aiowheel_heap = heap
     wake_at = heap.wake_at
@@ -645,18 +647,21 @@ def new_event_loop(
     *,
     tick: float = _DEFAULT_TICK,
     threshold: float = DEFAULT_THRESHOLD,
+    max_batch: int | None = _engine.DEFAULT_MAX_BATCH,
 ) -> asyncio.AbstractEventLoop:
     """A new event loop of class ``base`` whose ``call_at`` / ``call_later`` use a wheel.
 
     ``base`` defaults to asyncio's default loop class; pass ``uvloop.Loop`` for uvloop.
     Deadlines at least ``threshold`` seconds ahead go to the loop's wheel (resolution
     ``tick``); nearer ones stay on the loop's own heap. :func:`aiowheel.get_timer` on the loop
-    returns its wheel's Timer.
+    returns its wheel's Timer. At most ``max_batch`` due wheel callbacks run per loop
+    iteration (None: no bound); more due at once run over the next iterations, in deadline
+    order, the loop polling its I/O between chunks.
 
     >>> loop = aiowheel.new_event_loop()
     >>> loop.run_until_complete(main())   # every timer of main() on the wheel
     """
-    return _loop_factory("new_event_loop()", base, tick, threshold)()
+    return _loop_factory("new_event_loop()", base, tick, threshold, max_batch)()
 
 
 def loop_factory(
@@ -664,6 +669,7 @@ def loop_factory(
     *,
     tick: float = _DEFAULT_TICK,
     threshold: float = DEFAULT_THRESHOLD,
+    max_batch: int | None = _engine.DEFAULT_MAX_BATCH,
 ) -> LoopFactory:
     """A zero-argument factory of loop-mode loops (see :func:`new_event_loop`); it pickles.
 
@@ -672,15 +678,18 @@ def loop_factory(
 
     >>> asyncio.run(main(), loop_factory=aiowheel.loop_factory())
     """
-    return _loop_factory("loop_factory()", base, tick, threshold)
+    return _loop_factory("loop_factory()", base, tick, threshold, max_batch)
 
 
-def _loop_factory(where: str, base: object, tick: object, threshold: object) -> LoopFactory:
+def _loop_factory(
+    where: str, base: object, tick: object, threshold: object, max_batch: object
+) -> LoopFactory:
     """:func:`loop_factory`, its errors naming ``where`` (the function the user called)."""
     checked_base = _check_base(base, where)
     checked_tick = _validate.tick(tick, where)
     checked_threshold = _validate.threshold(threshold, where)
-    return LoopFactory(LoopConfig(checked_base, checked_tick, checked_threshold))
+    batch = _validate.max_batch(max_batch, where)
+    return LoopFactory(LoopConfig(checked_base, checked_tick, checked_threshold, None, batch))
 
 
 def virtual_loop_factory(
@@ -731,6 +740,11 @@ class LoopFactory:
         """The threshold (``config.threshold``)."""
         return self.config.threshold
 
+    @property
+    def max_batch(self) -> int | None:
+        """The most due callbacks run per loop iteration (``config.max_batch``)."""
+        return self.config.max_batch
+
     def __call__(self) -> asyncio.AbstractEventLoop:
         """A new loop-mode event loop."""
         loop: asyncio.AbstractEventLoop = self._cls()
@@ -756,9 +770,12 @@ class LoopFactory:
                 f"autojump={virtual.autojump!r}, start={virtual.start!r}, "
                 f"tick={self.config.tick!r})"
             )
+        batch = self.config.max_batch
         return (
             f"aiowheel.loop_factory({base.__module__}.{base.__qualname__}, "
-            f"tick={self.config.tick!r}, threshold={self.config.threshold!r})"
+            f"tick={self.config.tick!r}, threshold={self.config.threshold!r}"
+            + ("" if batch == _engine.DEFAULT_MAX_BATCH else f", max_batch={batch!r}")
+            + ")"
         )
 
 
@@ -769,6 +786,7 @@ def run(
     debug: bool | None = None,
     tick: float = _DEFAULT_TICK,
     threshold: float = DEFAULT_THRESHOLD,
+    max_batch: int | None = _engine.DEFAULT_MAX_BATCH,
 ) -> _T:
     """Run ``main`` like ``asyncio.run`` (or ``uvloop.run``), on a loop-mode loop.
 
@@ -780,7 +798,7 @@ def run(
             raise RuntimeError("aiowheel.run() cannot be called from a running event loop")
         _validate.coroutine(main, "run()")
         _validate.debug(debug, "run()")
-        factory = _loop_factory("run()", base, tick, threshold)
+        factory = _loop_factory("run()", base, tick, threshold, max_batch)
     except BaseException:
         if asyncio.iscoroutine(main):
             main.close()  # refused: it will never run, so no "never awaited" warning either

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from . import _awaiting, _validate
 from ._build import COMPILED_MODULES, is_compiled
-from ._engine import Engine
+from ._engine import _NO_LIMIT, Engine
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import Handle
 from ._periodic import Interval, PeriodicHandle, Watchdog, _Schedule
@@ -56,7 +56,11 @@ class Timer(Engine):
     ``tick`` is the wheel's resolution in seconds: a timer fires at most about one tick plus
     loop latency after its deadline, and never before it. ``slots`` (a power of two) is the
     number of buckets per level. ``max_pending`` bounds the pending timers; a scheduling call
-    beyond it raises :class:`PendingLimitError` and changes nothing.
+    beyond it raises :class:`PendingLimitError` and changes nothing. ``max_batch`` bounds the
+    due callbacks run per loop iteration (None: no bound): when more come due at once (a mass
+    expiry), the rest run on the following iterations, in deadline order, with the loop
+    polling its I/O between chunks (and, on a loop busy elsewhere for more than 2 ms an
+    iteration, as much time for them as the rest of the loop took, so they never starve).
 
     Use it as ``async with Timer() as timer:`` or let it bind lazily to the running loop on
     first use; share one per loop (:func:`aiowheel.get_timer`) rather than making many.
@@ -127,6 +131,12 @@ class Timer(Engine):
     def tick(self) -> float:
         """The wheel's resolution, in seconds."""
         return self._tick
+
+    @property
+    def max_batch(self) -> int | None:
+        """The most due callbacks run per loop iteration; None for no bound."""
+        batch = self._max_batch
+        return None if batch == _NO_LIMIT else batch
 
     def time(self) -> float:
         """The loop's clock (``loop.time()``): the clock every deadline is measured against."""

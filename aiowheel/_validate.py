@@ -48,6 +48,7 @@ __all__ = [
     "Name",
     "Seconds",
     "Unchecked",
+    "max_batch",
     "max_pending",
     "missed",
     "not_nan",
@@ -159,6 +160,20 @@ def max_pending(value: object, where: str) -> int | None:
         )
     if value < 1:
         raise ValueError(f"{where}: max_pending must be a positive int or None, got {value!r}")
+    return value
+
+
+def max_batch(value: object, where: str) -> int | None:
+    """The most due callbacks a wheel runs per loop iteration (``max_batch``): a positive int,
+    or None for no bound (every due callback of a pass in one go)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"{where}: max_batch must be a positive int or None, got {type(value).__name__}"
+        )
+    if value < 1:
+        raise ValueError(f"{where}: max_batch must be a positive int or None, got {value!r}")
     return value
 
 

@@ -65,6 +65,7 @@ import base64
 import json
 import os
 import random
+import re
 import resource
 import shutil
 import signal
@@ -116,13 +117,17 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def make_loop(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    """A factory of fresh loops for contender ``name`` (``uvloop``, ``loop-mode/uvloop``...)."""
+    """A factory of fresh loops for contender ``name`` (``uvloop``, ``loop-mode/uvloop``...;
+    ``loop-mode@64/uvloop``: loop mode with ``max_batch=64``, ``@none`` for no bound)."""
     import aiowheel
     import aiowheel.loops
 
     mode, _, base_name = name.rpartition("/")
     base = aiowheel.loops.base_class(base_name)
+    mode, _, batch = mode.partition("@")
     if mode == "loop-mode":
+        if batch:
+            return aiowheel.loop_factory(base, max_batch=None if batch == "none" else int(batch))
         return aiowheel.loop_factory(base)
     return asyncio.new_event_loop if base is None else base
 
@@ -361,6 +366,8 @@ class Swarm:
         self.source = source
         self.conns: list[Client] = []
         self.latencies: list[float] = []
+        self.sent: list[float] = []  # mass expiry: when each message of ``latencies`` was sent
+        self.record_sent = False
         self.reasons: dict[str, int] = {}  # why connections closed: the close frame, or not
         self.closed_loop = False  # chatty: send again at once on every echo
         self.recording = False
@@ -370,6 +377,8 @@ class Swarm:
     def echoed(self, conn: Client) -> None:
         if self.recording:
             self.latencies.append(time.perf_counter() - conn.sent_at)
+            if self.record_sent:
+                self.sent.append(conn.sent_at)
         if self.closed_loop:
             conn.send()
 
@@ -436,7 +445,7 @@ class Swarm:
         loop = asyncio.get_running_loop()
         silent = self.conns[: int(len(self.conns) * share)]
         live = self.conns[len(silent) :]
-        self.latencies, self.recording = [], True
+        self.latencies, self.sent, self.recording, self.record_sent = [], [], True, True
         blip = time.perf_counter()
         for conn in self.conns:
             conn.send()
@@ -456,15 +465,22 @@ class Swarm:
                 break
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.3)  # a live connection wrongly closed would show by now
-        self.recording = False
+        self.recording = self.record_sent = False
         for handle in handles:
             handle.cancel()
         closes = [c.closed_at - blip for c in silent if c.closed_at is not None]
+        # The live messages sent while this client's silent connections were being closed
+        # (first close to last): the ones that could wait behind the closes. The blip's own
+        # echoes, 10 s before, are not among them.
+        first, last = blip + min(closes, default=0.0), blip + max(closes, default=0.0)
+        closing = [lat for lat, sent in zip(self.latencies, self.sent, strict=True)
+                   if first <= sent <= last]  # fmt: skip
         return {"silent": len(silent), "silent_closed": len(closes),
                 "last_close_s": max(closes, default=float("nan")),
                 "first_close_s": min(closes, default=float("nan")),
                 "live": len(live), "live_lost": self.lost(live),
-                "latencies_ms": _sample([x * 1e3 for x in self.latencies])}  # fmt: skip
+                "latencies_ms": _sample([x * 1e3 for x in self.latencies]),
+                "closing_latencies_ms": _sample([x * 1e3 for x in closing])}  # fmt: skip
 
 
 def _sample(values: list[float], most: int = 50_000) -> list[float]:
@@ -648,6 +664,7 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
     chat_s = max(c["seconds"] for c in chat)
     chat_lat = summary([x for c in chat for x in c["latencies_ms"]])
     live_lat = summary([x for c in exp for x in c["latencies_ms"]])
+    closing_lat = summary([x for c in exp for x in c.get("closing_latencies_ms", [])])
     silent = sum(c["silent"] for c in exp)
     bound_ms = s_exp["tick_ms"] + s_exp["lag"]["max"]
     figures = {
@@ -671,8 +688,10 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
         "expiry_lag_max_ms": s_exp["lag"]["max"],
         "live_p99_ms": live_lat["p99"],
         "live_msgs": live_lat["n"],
+        "live_closing_p99_ms": closing_lat["p99"],
+        "live_closing_msgs": closing_lat["n"],
     }
-    loop_mode = contender.startswith("loop-mode/")
+    loop_mode = contender.startswith("loop-mode")
     problems = []
     lost_idle = sum(c["lost"] for c in chat)  # a count since the connect, chatty's the last
     if lost_idle:
@@ -709,6 +728,7 @@ SHOWN = (
     ("expiry", "expiry_late_max_ms", "close late max ms", 2),
     ("expiry", "expiry_bound_ms", "bound ms", 2), ("expiry", "early_expiries", "early", 0),
     ("expiry", "live_p99_ms", "live p99 ms", 1),
+    ("expiry", "live_closing_p99_ms", "live p99 while closing ms", 1),
 )  # fmt: skip
 
 
@@ -754,7 +774,9 @@ def contenders(requested: str | None, quick: bool) -> list[str]:
     every = [f"{mode}{base}" for base in bases for mode in ("", "loop-mode/")]
     if requested:
         chosen = [c.strip() for c in requested.split(",") if c.strip()]
-        unknown = [c for c in chosen if c not in every]
+        # loop-mode@K/base: loop mode with max_batch=K (none: no bound), to compare settings
+        unknown = [c for c in chosen if re.sub(r"^loop-mode@(\d+|none)/", "loop-mode/", c)
+                   not in every]  # fmt: skip
         if unknown:
             raise SystemExit(f"unknown or not installed: {', '.join(unknown)}; "
                              f"here: {', '.join(every)}")  # fmt: skip
@@ -770,7 +792,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--connections", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--contenders", help="comma-separated (default: every base installed, "
-                        "stock and loop mode)")  # fmt: skip
+                        "stock and loop mode; loop-mode@K/BASE: loop mode with max_batch=K, "
+                        "@none for no bound)")  # fmt: skip
     parser.add_argument("--heartbeat", type=float, default=2.0, help="s of silence per PING")
     parser.add_argument("--idle-timeout", type=float, default=10.0)
     parser.add_argument("--keepalive", type=float, default=3.0, help="s between messages")
@@ -831,7 +854,8 @@ def main(argv: list[str]) -> int:
                       f"{f['beat_late_p99_ms']:.2f} ms, early {f['early_beats']}; chatty "
                       f"{f['chatty_msgs_per_s']:,.0f}/s p99 {f['chatty_p99_ms']:.1f} ms; expiry "
                       f"all closed {f['expiry_all_closed_s']:.3f} s, live p99 "
-                      f"{f['live_p99_ms']:.1f} ms" + (f"; FAILED: {'; '.join(result['problems'])}"
+                      f"{f['live_p99_ms']:.1f} ms, while closing {f['live_closing_p99_ms']:.1f} ms"
+                      + (f"; FAILED: {'; '.join(result['problems'])}"
                                                       if result["problems"] else ""),
                       flush=True)  # fmt: skip
                 if result["profile"]:

@@ -30,6 +30,8 @@ BAD_INPUT_PROBES = [
     "Timer(max_pending=0)",
     "Timer(max_pending=1.5)",
     "Timer(max_pending='x')",
+    "Timer(max_batch=0)",
+    "Timer(max_batch=1.5)",
     "Wheel(slots=64.0)",
     "Wheel(start=1.5)",
     "Wheel().add(Entry(), 1.0)",
