@@ -152,28 +152,24 @@ def slots(value: object, where: str) -> int:
 
 def max_pending(value: object, where: str) -> int | None:
     """A Timer's ``max_pending``: a positive int, or None for no limit."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"{where}: max_pending must be a positive int or None, got {type(value).__name__}"
-        )
-    if value < 1:
-        raise ValueError(f"{where}: max_pending must be a positive int or None, got {value!r}")
-    return value
+    return _positive_or_none(value, where, "max_pending")
 
 
 def max_batch(value: object, where: str) -> int | None:
     """The most due callbacks a wheel runs per loop iteration (``max_batch``): a positive int,
     or None for no bound (every due callback of a pass in one go)."""
+    return _positive_or_none(value, where, "max_batch")
+
+
+def _positive_or_none(value: object, where: str, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(
-            f"{where}: max_batch must be a positive int or None, got {type(value).__name__}"
+            f"{where}: {name} must be a positive int or None, got {type(value).__name__}"
         )
     if value < 1:
-        raise ValueError(f"{where}: max_batch must be a positive int or None, got {value!r}")
+        raise ValueError(f"{where}: {name} must be a positive int or None, got {value!r}")
     return value
 
 
