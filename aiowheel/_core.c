@@ -91,9 +91,10 @@ typedef struct CoreObject CoreObject;
  * stored over the six asyncio slots a handle has no use for, and the getsets below answer for
  * every one of those names (none of asyncio's member descriptors is reachable through the
  * type), so nothing reads them as objects. That keeps what a wheel walk and a run touch within
- * the object's first 80 bytes (one or two cache lines, as before issue 37; with the wheel's
- * fields after asyncio's slots a due timer's run touched three: 2x the time of 0.5 to run
- * 50,000 due timers) and the handle at asyncio's size. Module init checks every offset and the
+ * the object's first 80 bytes (two cache lines at most, as before issue 37; with the wheel's
+ * fields after asyncio's slots, a 136-byte object on 3.11, a due timer's walk and run touched
+ * two or three: 1.5-2x the time of 0.5 to run 50,000 due timers) and the handle at asyncio's
+ * size. Module init checks every offset and the
  * size against the running asyncio. */
 typedef struct {
     PyObject_HEAD
