@@ -114,6 +114,22 @@ typedef struct {
 
 #define HANDLE_OF(l) ((HandleObject *)((char *)(l) - offsetof(HandleObject, link)))
 
+/* A due batch runs in deadline order, which is not the order its handles lie in memory: each
+ * one's first touch would wait for memory. The passes over a batch ask for the handle a few
+ * places ahead (its GC header through its weak reference list: what a run and a dealloc read).
+ * A hint only: nothing is read. */
+#define PREFETCH_AHEAD 6
+static inline void
+prefetch_handle(const void *h)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch((const char *)h - 16, 1);
+    __builtin_prefetch((const char *)h + 63, 1);
+#else
+    (void)h;
+#endif
+}
+
 typedef struct {
     int64_t expiration;
     Py_ssize_t index;
@@ -1480,6 +1496,9 @@ core_advance(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t fired = 0;
     int64_t first_tick = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + PREFETCH_AHEAD < n) {
+            prefetch_handle(due.items[i + PREFETCH_AHEAD]);
+        }
         HandleObject *h = due.items[i];
         double when = h->when;
         if (when > now) {
@@ -1538,6 +1557,9 @@ core_run(CoreObject *c, PyObject *batch)
     }
     Py_INCREF(batch);
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
+        if (i + PREFETCH_AHEAD < PyList_GET_SIZE(batch)) {
+            prefetch_handle(PyList_GET_ITEM(batch, i + PREFETCH_AHEAD));
+        }
         PyObject *item = PyList_GET_ITEM(batch, i);
         if (Py_TYPE(item) != HandleType) {
             PyErr_SetString(PyExc_TypeError, "run() takes a list of handles");
