@@ -246,6 +246,68 @@ def test_the_handles_are_the_native_ones_and_answer_like_the_pure_ones() -> None
     aiowheel.run(main())
 
 
+def test_the_handle_is_asyncios_size_and_every_slot_name_of_asyncio_reads_safely() -> None:
+    # The wheel's fields are stored over the asyncio slots a handle does not use (what a due
+    # timer's run touches stays in the object's first cache lines): the handle is no bigger
+    # than asyncio's, and each of asyncio's slot names answers from the native fields (no
+    # member descriptor of asyncio's reads them as objects) and refuses a write.
+    assert native.TimerHandle.__basicsize__ == asyncio.TimerHandle.__basicsize__
+    core = native.Core(lambda: None, 0.001, 64, 0.0, lambda: 0.0)
+    arg = object()
+    handle = core.file(30.0, print, (arg,), None)
+    names = {
+        name
+        for cls in (asyncio.Handle, asyncio.TimerHandle)
+        for name in cls.__slots__
+        if name != "__weakref__"
+    }
+    expected = {
+        "_args": (arg,),
+        "_callback": print,
+        "_cancelled": False,
+        "_scheduled": True,
+        "_when": 30.0,
+        "_repr": None,
+        "_source_traceback": None,
+    }
+    assert names == {*expected, "_context", "_loop"}
+    for name, value in expected.items():
+        assert getattr(handle, name) == value, name
+    assert isinstance(handle._context, contextvars.Context)
+    with pytest.raises(AttributeError, match="_loop"):
+        handle._loop  # noqa: B018  (no loop is kept)
+    for name in names:
+        with pytest.raises(AttributeError):
+            setattr(handle, name, None)
+        with pytest.raises(AttributeError):
+            delattr(handle, name)
+    assert handle._when == 30.0 and handle._scheduled  # unchanged by the refused writes
+    ref = weakref.ref(handle)
+    assert handle.cancel() and handle._cancelled and not handle._scheduled
+    del handle
+    assert ref() is None  # freed at once, its weak reference cleared
+
+
+def test_a_run_frees_each_handle_as_it_goes() -> None:
+    # Each handle the batch held last is freed right after its callback (while it is in the
+    # cache), not by the batch's dealloc after the whole run.
+    core = native.Core(lambda: None, 0.001, 64, 0.0, lambda: 0.0)
+    refs: list[weakref.ref[Any]] = []
+    previous_freed: list[bool] = []
+
+    def callback(i: int) -> None:
+        previous_freed.append(i == 0 or refs[i - 1]() is None)
+
+    for i in range(3):
+        refs.append(weakref.ref(core.file(0.005, callback, (i,), None)))
+    batch, fired, _, _ = core.advance(10, 0.01, 0.0, 0.0)
+    assert fired == 3
+    core.run(batch)
+    assert previous_freed == [True, True, True]
+    assert batch == [None, None, None]
+    assert all(ref() is None for ref in refs)
+
+
 def test_a_callback_error_is_reported_by_the_loop_and_the_batch_goes_on() -> None:
     seen: list[dict[str, Any]] = []
     ran: list[int] = []
