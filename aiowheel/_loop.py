@@ -157,7 +157,7 @@ class LoopConfig:
     the loop's own, real clock. A virtual loop puts every timer on the wheel, whatever the
     threshold."""
     max_batch: int | None = _engine.DEFAULT_MAX_BATCH
-    """The most due callbacks the wheel runs per loop iteration (None: no bound)."""
+    """The most due callbacks the wheel runs per loop iteration, or None for no bound."""
 
     def __post_init__(self) -> None:
         # Made by hand too (it is public): the checks loop_factory makes, named LoopConfig().
