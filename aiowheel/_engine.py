@@ -1537,18 +1537,7 @@ def _merged(batch: list[_Timed], whens: list[float], native_batch: list[Any]) ->
     """The engine's due callbacks and the core's, each in deadline order, as one list in
     deadline order (the engine's first within a deadline). ``whens`` are the deadlines the
     engine's came due at (a heartbeat's ``_when`` is its next one by now)."""
-    merged: list[Any] = []
-    i = j = 0
-    while i < len(batch) and j < len(native_batch):
-        if _when_of(native_batch[j]) < whens[i]:
-            merged.append(native_batch[j])
-            j += 1
-        else:
-            merged.append(batch[i])
-            i += 1
-    merged.extend(batch[i:])
-    merged.extend(native_batch[j:])
-    return merged
+    return _merge(batch, whens, native_batch, [_when_of(handle) for handle in native_batch])[0]
 
 
 def _merge(
