@@ -40,11 +40,11 @@ from ._default import (
     timeout_at,
     wait_for,
 )
-from ._engine import native as _native
 from ._errors import PendingLimitError, TimerClosedError
 from ._loop import LoopConfig, LoopFactory, config_of, loop_factory, new_event_loop, run, timer_of
 from ._periodic import Interval, PeriodicHandle, Watchdog
 from ._purgatory import DelayedOperation, Purgatory, PurgatoryStats
+from ._store import native as _native
 from ._timeout import Timeout
 from ._timer import Timer, TimerStats
 

@@ -42,7 +42,14 @@ if TYPE_CHECKING:
     from ._validate import Seconds
 
 __all__ = [
-    "DONE", "aclose", "call", "exit", "next_tick", "reap", "sleep", "wait_for",
+    "DONE",
+    "aclose",
+    "call",
+    "exit",
+    "next_tick",
+    "reap",
+    "sleep",
+    "wait_for",
 ]
 
 _T = TypeVar("_T")

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any, Final, NamedTuple
 
-from . import _engine
-from ._engine import Engine, engines_of
+from ._driver import Driver
 from ._observe import asyncio_timeout_task, classify, lag_bounds, origin_key
+from ._view import track_loop, views_of
 
 __all__ = [
     "KINDS",
@@ -163,7 +163,7 @@ def _base_heap(loop: asyncio.AbstractEventLoop) -> list[tuple[object, float, Any
         if not isinstance(handle, asyncio.TimerHandle) or handle.cancelled():
             continue
         callback = getattr(handle, "_callback", None)
-        if isinstance(getattr(callback, "__self__", None), Engine):
+        if isinstance(getattr(callback, "__self__", None), Driver):
             continue  # a wheel's wake-up
         traceback = getattr(handle, "_source_traceback", None)
         args = getattr(handle, "_args", None)
@@ -199,8 +199,8 @@ def pending(loop: asyncio.AbstractEventLoop) -> list[tuple[object, PendingTimer]
         return []
     namer = _Namer()
     found: list[tuple[object, PendingTimer]] = []
-    for engine in engines_of(loop):
-        for entry, when, kind, what, task, noted in engine._timers():
+    for view in views_of(loop):
+        for entry, when, kind, what, task, noted in view.timers():
             found.append((entry, _snapshot(namer, when, kind, what, task, noted)))
     for handle, when, callback, args, traceback in _base_heap(loop):
         kind, what, task = classify("loop", callback, args)
@@ -255,8 +255,8 @@ def timer_census(
         return []
     # Counted by origin in the engines, without a snapshot of each timer; named once each.
     keys: dict[tuple[str, object], int] = {}
-    for engine in engines_of(loop):
-        engine._tally(keys)
+    for view in views_of(loop):
+        view.tally(keys)
     for _handle, _when, callback, args, traceback in _base_heap(loop):
         kind, what, task = classify("loop", callback, args)
         key = (kind, origin_key(what, task, _source_of(traceback)))
@@ -277,7 +277,7 @@ def track_origins(enabled: bool = True, *, loop: asyncio.AbstractEventLoop | Non
     too); ``enabled=False`` stops it. Costs a stack walk per timer filed while on."""
     if not isinstance(enabled, bool):
         raise TypeError(f"track_origins(): enabled must be a bool, got {type(enabled).__name__}")
-    _engine.track_loop(_loop_of(loop, "track_origins()"), enabled)
+    track_loop(_loop_of(loop, "track_origins()"), enabled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,8 +331,8 @@ def loop_lag(loop: asyncio.AbstractEventLoop | None = None, *, reset: bool = Fal
     count = 0
     largest = 0.0
     since = math.inf
-    for engine in engines_of(loop):
-        counts, engine_count, engine_max, engine_since = engine._take_lag(reset)
+    for view in views_of(loop):
+        counts, engine_count, engine_max, engine_since = view.take_lag(reset)
         if len(counts) > len(histogram):
             histogram.extend([0] * (len(counts) - len(histogram)))
         for index, in_bucket in enumerate(counts):
@@ -387,7 +387,7 @@ def current_deadline(loop: asyncio.AbstractEventLoop | None = None) -> float | N
     if found is None:
         return None
     loop, task = found
-    deadlines = [engine._deadline_for(task) for engine in engines_of(loop)]
+    deadlines = [view.deadline_for(task) for view in views_of(loop)]
     deadlines.extend(source(task) for source in _deadline_sources)
     for _handle, when, callback, _args, _traceback in _base_heap(loop):
         if asyncio_timeout_task(callback) is task:

@@ -76,7 +76,6 @@ DONE: Awaitable[None]
 loop_setattr: Any
 
 def watch_time(callback: Callable[[Any], object], /) -> None: ...
-
 def setup(
     callback_repr: Callable[[Callable[..., object]], str],
     empty_context: contextvars.Context,

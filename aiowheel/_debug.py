@@ -18,6 +18,7 @@ its cost does not matter. So is :func:`filed_at`, which origin tracking (debug m
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import sys
 from types import FrameType
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from ._entry import _Timed
 
-__all__ = ["DueCallback", "filed_at"]
+__all__ = ["DueCallback", "check_not_coroutine_function", "filed_at"]
 
 # Frames in these directories are the machinery between a user's line and the wheel.
 _MACHINERY: Final = (
@@ -72,3 +73,12 @@ class DueCallback:
 
     def __repr__(self) -> str:
         return f"<DueCallback {self._handle!r}>"
+
+
+def check_not_coroutine_function(callback: object, where: str = "call_at()") -> None:
+    """TypeError for a coroutine function given as a callback (debug mode only, as asyncio
+    makes this check, for its cost); ``where`` names the function called."""
+    if inspect.iscoroutinefunction(callback):
+        raise TypeError(
+            f"{where}: callback must not be a coroutine function (use schedule_at() to run one)"
+        )

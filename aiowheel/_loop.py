@@ -28,7 +28,7 @@ by what the user called: ``call_at()`` / ``call_later()``, or ``asyncio.timeout(
 
 The reaper. In loop mode it is not a task. The Timer's wake-up handle, on the loop's own heap
 and filed through the base class (so it cannot land in its own wheel), has the reaper as its
-callback (``Engine._drive``): it advances the wheel, re-arms itself, and runs the due callbacks
+callback (``Driver._drive``): it advances the wheel, re-arms itself, and runs the due callbacks
 inline, in the iteration that found them due, as the loop does with its own timer handles.
 A task would be wrong in four ways: it is visible in ``asyncio.all_tasks()``; ``asyncio.run``
 cancels it at exit *before* the program's own tasks finish their cleanup (whose timers would
@@ -57,7 +57,7 @@ from many threads at once: the class cache (``_classes``; a new config's class i
 (single list operations, read as a tuple).
 
 Never early, for every timer of the loop: a wheel timer runs only once the loop's clock has
-reached its exact deadline (see :mod:`aiowheel._engine`). A timer nearer than ``threshold``
+reached its exact deadline (see :mod:`aiowheel._driver`). A timer nearer than ``threshold``
 stays on the base loop's heap, and where that heap would run it early by the loop's own clock
 it is filed that much later (:func:`_near_pad`: 1 ms on uvloop, whose heap works in whole
 milliseconds, 1 us on rloop and zuvloop, nothing on asyncio's): a bounded lateness for near
@@ -81,7 +81,8 @@ from decimal import Decimal
 from math import inf, nan
 from typing import Any, Final, TypeVar
 
-from . import _census, _engine, _validate, _virtual
+from . import _census, _dispatch, _store, _validate, _virtual
+from ._clock import STATE_ATTRIBUTE, Clock
 from ._loopcalls import LoopCalls
 from ._timer import Timer
 from ._virtual import VirtualClock, VirtualTime
@@ -156,7 +157,7 @@ class LoopConfig:
     """A virtual clock's settings (:func:`aiowheel.testing.virtual_loop_factory`); None for
     the loop's own, real clock. A virtual loop puts every timer on the wheel, whatever the
     threshold."""
-    max_batch: int | None = _engine.DEFAULT_MAX_BATCH
+    max_batch: int | None = _dispatch.DEFAULT_MAX_BATCH
     """The most due callbacks the wheel runs per loop iteration, or None for no bound."""
 
     def __post_init__(self) -> None:
@@ -182,13 +183,31 @@ class LoopConfig:
             )
 
 
+class LoopState:
+    """What loop mode keeps for one loop, in the one attribute it sets on the loop instance
+    (``loop._aiowheel``): its Timer, its base heap, its virtual clock if any, and the clock
+    its wheel runs by now (:mod:`aiowheel._clock`; a Timer of the user's on the loop reads it
+    at each use)."""
+
+    __slots__ = ("clock", "heap", "timer", "virtual")
+
+    def __init__(self, heap: _BaseHeap, virtual: VirtualClock | None) -> None:
+        self.heap: Final = heap
+        self.virtual: Final = virtual
+        self.clock: Clock = heap if virtual is None else virtual
+        self.timer: Timer | None = None  # set once the Timer drives the loop
+
+
+def _state(loop: object) -> LoopState | None:
+    """A loop-mode loop's state; None before it is set up (or if its __init__ failed)."""
+    state: LoopState | None = getattr(loop, STATE_ATTRIBUTE, None)
+    return state
+
+
 class _LoopMode:
     """The part of every loop-mode class that is not its base loop's (see the module doc)."""
 
     _aiowheel_config: LoopConfig
-    _aiowheel_timer: Timer
-    _aiowheel_heap: _BaseHeap
-    _aiowheel_clock: VirtualClock | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -220,35 +239,36 @@ class _LoopMode:
         """Run the loop (the base's ``run_forever``; ``run_until_complete`` and
         ``asyncio.Runner`` come here too). The thread that runs it becomes its wheel's thread
         first: a loop made in one thread and run in another is one thread's again at once, for
-        the thread checks of debug mode and of free-threaded builds (``Engine._claim_thread``
+        the thread checks of debug mode and of free-threaded builds (``LoopThread.claim``
         is their slow path if it is not)."""
         loop: Any = self
-        timer: Timer | None = getattr(self, "_aiowheel_timer", None)
+        timer = _timer_of_state(self)
         if timer is None or loop.is_running():  # running: the base refuses, below
             super().run_forever()  # type: ignore[misc]
             return
-        timer._run_here()
+        driver = timer._driver
+        driver.run_here()
         try:
             super().run_forever()  # type: ignore[misc]
         finally:
-            timer._run_ended()
+            driver.run_ended()
 
     def close(self) -> None:
         """Close the loop; pending timers are dropped silently (their handles read cancelled)."""
         loop: Any = self
-        timer: Timer | None = getattr(self, "_aiowheel_timer", None)  # None: __init__ failed
+        timer = _timer_of_state(self)  # None: __init__ failed
         if timer is not None and not loop.is_running() and not loop.is_closed():
             for watcher in tuple(_watchers):
                 watcher("closing", loop)
-            timer._close_with_loop(" (its event loop was closed)")
+            timer._driver.close_with_loop(" (its event loop was closed)")
         super().close()  # type: ignore[misc]
 
     def set_debug(self, enabled: bool) -> None:
         """Set the loop's debug mode; the wheel's checks follow it at once."""
         super().set_debug(enabled)  # type: ignore[misc]
-        timer: Timer | None = getattr(self, "_aiowheel_timer", None)  # None: in base __init__
+        timer = _timer_of_state(self)  # None: in base __init__
         if timer is not None:
-            timer._set_debug(bool(enabled))
+            timer._driver.set_debug(bool(enabled))
 
     def __repr__(self) -> str:
         config = type(self)._aiowheel_config
@@ -277,24 +297,29 @@ def watch_loops(watcher: LoopWatcher) -> Callable[[], None]:
     return unwatch
 
 
+def _timer_of_state(loop: object) -> Timer | None:
+    state = _state(loop)
+    return None if state is None else state.timer
+
+
 def _install(loop: Any, config: LoopConfig) -> None:
     """Give ``loop`` its Timer and bind its call_at / call_later to the Timer's router."""
     timer = Timer(tick=config.tick, max_batch=config.max_batch)
     heap = _BaseHeap(loop, config.base)
-    loop._aiowheel_heap = heap
-    wake_at = heap.wake_at
-    if config.clock is not None:
-        # Virtual time (aiowheel._virtual): the wake-up is filed on the clock, and every
-        # deadline, near or past, goes to the wheel (the threshold is -inf: nothing waits on
-        # the base's real heap).
-        clock = VirtualClock(loop, config.clock)
-        loop._aiowheel_clock = clock
-        _virtual.install(loop, clock)
-        wake_at = clock.wake_at
-    timer._drive_loop(loop, wake_at)
-    loop._aiowheel_timer = timer
+    # Virtual time (aiowheel._virtual): the wake-up is filed on the clock, and every deadline,
+    # near or past, goes to the wheel (the threshold is -inf: nothing waits on the base's real
+    # heap).
+    virtual = None if config.clock is None else VirtualClock(loop, config.clock)
+    state = LoopState(heap, virtual)
+    setattr(loop, STATE_ATTRIBUTE, state)
+    if virtual is not None:
+        _virtual.install(loop, virtual)
+    driver = timer._driver
+    driver.drive_loop(loop, state.clock)
+    state.timer = timer
     calls = LoopCalls(
-        timer,
+        driver,
+        driver.thread,
         config.threshold,
         _near_pad(config.base),
         heap.slow_call_at,
@@ -306,7 +331,7 @@ def _install(loop: Any, config: LoopConfig) -> None:
     # Instance attributes, found before the class's methods by every caller (the module doc).
     # In the compiled build they are the native core's (aiowheel/_core.c), which routes as
     # LoopCalls does and hands it every call that is not for the wheel or the loop's heap.
-    front = timer._native_front(
+    front = driver.front(
         config.threshold,
         _near_pad(config.base),
         heap.near_call_at,
@@ -315,37 +340,49 @@ def _install(loop: Any, config: LoopConfig) -> None:
         calls.call_later,
     )
     loop.call_at, loop.call_later = front or (calls.call_at, calls.call_later)
-    if config.clock is not None:
-        timer._use_clock(clock.time, wake_at)  # the clock's own method: no loop frame
 
 
 def _time_replaced(loop: Any) -> None:
     """``loop.time`` was set or deleted on the instance: follow it once the loop is set up."""
-    if "_aiowheel_timer" in loop.__dict__:
-        _follow_time(loop)
+    state = loop.__dict__.get(STATE_ATTRIBUTE)
+    if state is not None and state.timer is not None:
+        _follow_time(loop, state)
 
 
-def _follow_time(loop: Any) -> None:
-    """``loop.time`` was replaced on the instance or the replacement removed: the engine and
+def _follow_time(loop: Any, state: LoopState) -> None:
+    """``loop.time`` was replaced on the instance or the replacement removed: the driver and
     the base heap read the clock ``loop.time`` now is, and the wake-up goes where that clock
     is kept (a fake clock: the base heap, as on asyncio; the virtual one: the clock)."""
-    heap: _BaseHeap = loop._aiowheel_heap
+    heap = state.heap
     fake = loop.__dict__.get("time")
-    virtual: VirtualClock | None = loop._aiowheel_clock
+    clock: Clock
     if fake is not None:
-        clock, wake_at = fake, heap.wake_at
-    elif virtual is not None:
-        clock, wake_at = virtual.time, virtual.wake_at
+        clock = _ReplacedTime(fake, heap)
+    elif state.virtual is not None:
+        clock = state.virtual
     else:
-        clock, wake_at = heap.own_clock, heap.wake_at
-    heap.use_clock(clock)
-    loop._aiowheel_timer._use_clock(clock, wake_at)
+        clock = heap
+    heap.use_clock(heap.own_clock if clock is heap else clock.time)
+    state.clock = clock
+    assert state.timer is not None
+    state.timer._driver.use_clock(clock)
+
+
+class _ReplacedTime:
+    """A clock read from a ``loop.time`` a test replaced on the instance, its wake-ups on the
+    base heap (as asyncio runs its heap by such a fake)."""
+
+    __slots__ = ("time", "wake_at")
+
+    def __init__(self, fake: Callable[[], float], heap: _BaseHeap) -> None:
+        self.time: Final = fake
+        self.wake_at: Final = heap.wake_at
 
 
 _ASYNCIO_CALL_AT: Final = asyncio.BaseEventLoop.call_at
 
 # The native core (compiled build), for the loop classes' __setattr__; None in the pure build.
-_native: Any = _engine.native
+_native: Any = _store.native
 if _native is not None:
     _native.watch_time(_time_replaced)
 
@@ -398,6 +435,7 @@ class _BaseHeap:
         "near_call_later",
         "own_clock",
         "reenters_at",
+        "time",
         "wakes_by_at",
     )
 
@@ -417,6 +455,9 @@ class _BaseHeap:
         self.own_clock: Final[Callable[[], float]] = time.monotonic if asyncio_clock else loop.time
         """The loop's own clock (a direct ``time.monotonic`` on asyncio's loops)."""
         self._clock = self.own_clock
+        self.time: Final[Callable[[], float]] = self.own_clock
+        """The loop's own clock, as a :class:`~aiowheel._clock.Clock` reads it (the base heap
+        is the clock a loop-mode loop's wheel runs by, until its ``time`` is replaced)."""
         self.near_call_at: Callable[..., Any] = base.call_at.__get__(loop, type(loop))
         self.near_call_later: Callable[..., Any] = (
             self._asyncio_call_later
@@ -609,7 +650,8 @@ class _VirtualMode:
 
     def time(self) -> float:
         """The loop's virtual time (:attr:`aiowheel.testing.VirtualClock.now`)."""
-        clock: VirtualClock | None = self._aiowheel_clock  # type: ignore[attr-defined]
+        state = _state(self)
+        clock = None if state is None else state.virtual
         if clock is None:  # the base loop's __init__ asking, before the clock is installed
             settings = type(self)._aiowheel_config.clock  # type: ignore[attr-defined]
             return float(settings.start)
@@ -647,7 +689,7 @@ def new_event_loop(
     *,
     tick: float = _DEFAULT_TICK,
     threshold: float = DEFAULT_THRESHOLD,
-    max_batch: int | None = _engine.DEFAULT_MAX_BATCH,
+    max_batch: int | None = _dispatch.DEFAULT_MAX_BATCH,
 ) -> asyncio.AbstractEventLoop:
     """A new event loop of class ``base`` whose ``call_at`` / ``call_later`` use a wheel.
 
@@ -669,7 +711,7 @@ def loop_factory(
     *,
     tick: float = _DEFAULT_TICK,
     threshold: float = DEFAULT_THRESHOLD,
-    max_batch: int | None = _engine.DEFAULT_MAX_BATCH,
+    max_batch: int | None = _dispatch.DEFAULT_MAX_BATCH,
 ) -> LoopFactory:
     """A zero-argument factory of loop-mode loops (see :func:`new_event_loop`); it pickles.
 
@@ -774,7 +816,7 @@ class LoopFactory:
         return (
             f"aiowheel.loop_factory({base.__module__}.{base.__qualname__}, "
             f"tick={self.config.tick!r}, threshold={self.config.threshold!r}"
-            + ("" if batch == _engine.DEFAULT_MAX_BATCH else f", max_batch={batch!r}")
+            + ("" if batch == _dispatch.DEFAULT_MAX_BATCH else f", max_batch={batch!r}")
             + ")"
         )
 
@@ -786,7 +828,7 @@ def run(
     debug: bool | None = None,
     tick: float = _DEFAULT_TICK,
     threshold: float = DEFAULT_THRESHOLD,
-    max_batch: int | None = _engine.DEFAULT_MAX_BATCH,
+    max_batch: int | None = _dispatch.DEFAULT_MAX_BATCH,
 ) -> _T:
     """Run ``main`` like ``asyncio.run`` (or ``uvloop.run``), on a loop-mode loop.
 
@@ -813,10 +855,9 @@ def timer_of(loop: asyncio.AbstractEventLoop | None = None) -> Timer | None:
 
     >>> aiowheel.timer_of()   # None unless the running loop is in loop mode
     """
-    if isinstance(loop, _LoopMode):
-        return loop._aiowheel_timer
-    found = _census._loop_of(loop, "timer_of()")
-    return found._aiowheel_timer if isinstance(found, _LoopMode) else None
+    if not isinstance(loop, _LoopMode):
+        loop = _census._loop_of(loop, "timer_of()")
+    return _timer_of_state(loop) if isinstance(loop, _LoopMode) else None
 
 
 def config_of(loop: asyncio.AbstractEventLoop | None = None) -> LoopConfig | None:

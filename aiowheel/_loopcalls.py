@@ -1,32 +1,33 @@
-"""LoopCalls: a loop-mode loop's ``call_at`` / ``call_later``, in front of its engine.
+"""LoopCalls: a loop-mode loop's ``call_at`` / ``call_later``, in front of its driver.
 
 Loop mode (:mod:`aiowheel._loop`) binds a loop's ``call_at`` and ``call_later`` as *instance*
-attributes to the two compiled methods of this class. They decide where each call goes, and
-nothing else: the filing itself is the engine's hot path (``Engine._call_callable``), the
-same one :meth:`aiowheel.Timer.call_at` ends in.
+attributes to the two compiled methods of this class (in the compiled build the native core's
+own, which route the same way and hand this class every call they do not take). They decide
+where each call goes, and nothing else: the filing itself is the driver's
+(:meth:`aiowheel._driver.Driver.call`), the same one :meth:`aiowheel.Timer.call_at` ends in.
 
 Where a call goes:
 
 - a float deadline (or an int one that converts exactly) at least ``threshold`` ahead, with a
-  callable, on an open engine: the wheel;
+  callable, on an open driver: the wheel;
 - a nearer one, known to be a number and not NaN: straight to the base loop's own heap, padded
   by ``near_pad`` where that heap would run it early by the loop's clock (aiowheel._loop's
   ``_PADS``); a deadline already passed is never padded;
-- anything else (NaN, None, a non-number, a non-callable, a closed engine): the slow path,
+- anything else (NaN, None, a non-number, a non-callable, a closed driver): the slow path,
   which checks it or lets the base loop do so, with the base loop's own messages.
 
 Threads. Like the base loop's, these methods are not thread-safe: another thread hands its
 calls to the loop with ``loop.call_soon_threadsafe``. With the GIL a call for the wheel is
 checked in debug mode only (the base loop's own debug checks, as its ``call_at`` makes them);
 on a free-threaded build always: one from a thread that is not running the loop raises
-RuntimeError before anything is filed (``Engine._claim_thread``; one comparison of thread ids
-when it is the loop's own), where it would otherwise race the loop's thread through the
-wheel. A near call goes to the base loop's heap as the base would take it.
+RuntimeError before anything is filed (:meth:`aiowheel._threads.LoopThread.claim`; one
+comparison of thread ids when it is the loop's own), where it would otherwise race the loop's
+thread through the wheel. A near call goes to the base loop's heap as the base would take it.
 
-A class apart from the engine because none of this is the engine's business (the thresholds,
-the pads and the base loop's methods are loop mode's), and it keeps each class readable in one
-sitting. It costs nothing measurable: ``self._engine`` is one native attribute read, and
-``_call_callable`` a direct C call in the compiled build.
+A class apart from the driver because none of this is the driver's business (the thresholds,
+the pads and the base loop's methods are loop mode's). It asks the driver through its small
+API (``accepts``, ``debug``, ``now``, ``call``) and the thread through
+:class:`~aiowheel._threads.LoopThread`: direct C calls in the compiled build.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ import contextvars
 from collections.abc import Callable
 from typing import Final
 
-from ._engine import _FOREIGN_THREAD, _FREE_THREADED, Engine, _get_ident
+from ._driver import Driver
+from ._threads import FOREIGN_THREAD, FREE_THREADED, LoopThread, get_ident
 
 __all__ = ["LoopCalls"]
 
-# A C static in the compiled build (see aiowheel._engine).
+# A C static in the compiled build: a builtin named in a function is a dict lookup per call.
 _callable: Final = callable
 
 # Int delays below this convert to float exactly; larger ones go to the loop as they are.
@@ -56,7 +58,8 @@ class LoopCalls:
 
     __slots__ = (
         "_debug_checks",
-        "_engine",
+        "_driver",
+        "_loop_thread",
         "_near_call_at",
         "_near_call_later",
         "_near_pad",
@@ -67,7 +70,8 @@ class LoopCalls:
 
     def __init__(
         self,
-        engine: Engine,
+        driver: Driver,
+        thread: LoopThread,
         threshold: float,
         near_pad: float,
         slow_call_at: Callable[..., object],
@@ -76,8 +80,10 @@ class LoopCalls:
         near_call_later: Callable[..., object],
         debug_checks: Callable[[object, str], None],
     ) -> None:
-        """Route calls to ``engine`` (already driving its loop: ``Engine._drive_loop``)."""
-        self._engine: Final = engine
+        """Route calls to ``driver`` (already driving its loop: ``Driver.drive_loop``), whose
+        loop runs in ``thread``."""
+        self._driver: Final = driver
+        self._loop_thread: Final = thread
         # Deadlines nearer than this go to the loop's own heap (the config's threshold).
         self._threshold: Final = threshold
         # Added to a near deadline handed to the loop's heap, for a base loop that would run it
@@ -99,7 +105,7 @@ class LoopCalls:
     ) -> object:
         """``loop.call_at`` of a loop-mode loop: the wheel for a float (or int) deadline at
         least ``threshold`` ahead and a callable; the slow path (the loop's own heap) otherwise."""
-        if _FREE_THREADED and _get_ident() != self._engine._thread_id:
+        if FREE_THREADED and get_ident() != self._loop_thread.ident:
             return self._from_another_thread(True, when, callback, args, context)
         if isinstance(when, float):
             deadline = when
@@ -107,13 +113,13 @@ class LoopCalls:
             deadline = float(when)  # aiohttp rounds its deadlines up to whole seconds: ints
         else:
             return self._slow_call_at(when, callback, *args, context=context)
-        engine = self._engine
-        ahead = deadline - engine._clock()
+        driver = self._driver
+        ahead = deadline - driver._now()
         if ahead >= self._threshold:
-            if _callable(callback) and not engine._closed:
-                if engine._debug:
+            if _callable(callback) and not driver.closed:
+                if driver.debug:
                     self._debug_checks(callback, "call_at")
-                return engine._call_callable(deadline, callback, args, context)
+                return driver.call(deadline, callback, args, context)
         elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
             pad = self._near_pad
             if pad and ahead > 0:  # a deadline already passed cannot be run early
@@ -131,7 +137,7 @@ class LoopCalls:
         context: contextvars.Context | None = None,
     ) -> object:
         """``loop.call_later`` of a loop-mode loop (see :meth:`call_at`)."""
-        if _FREE_THREADED and _get_ident() != self._engine._thread_id:
+        if FREE_THREADED and get_ident() != self._loop_thread.ident:
             return self._from_another_thread(False, delay, callback, args, context)
         if isinstance(delay, float):
             seconds_ahead = delay
@@ -140,13 +146,11 @@ class LoopCalls:
         else:
             return self._slow_call_later(delay, callback, *args, context=context)
         if seconds_ahead >= self._threshold:
-            engine = self._engine
-            if _callable(callback) and not engine._closed:
-                if engine._debug:
+            driver = self._driver
+            if _callable(callback) and not driver.closed:
+                if driver.debug:
                     self._debug_checks(callback, "call_later")
-                return engine._call_callable(
-                    engine._clock() + seconds_ahead, callback, args, context
-                )
+                return driver.call(driver._now() + seconds_ahead, callback, args, context)
         elif seconds_ahead == seconds_ahead:  # near, and not NaN: straight to the loop's heap
             pad = self._near_pad
             if pad and seconds_ahead > 0:
@@ -162,15 +166,15 @@ class LoopCalls:
         args: tuple[object, ...],
         context: contextvars.Context | None,
     ) -> object:
-        """A call from a thread that is not the loop's, on a free-threaded build: the engine
+        """A call from a thread that is not the loop's, on a free-threaded build: this thread
         takes the loop over (it is not running) or refuses with RuntimeError, and the call is
         routed as the loop's own, all under the engine's take-over lock, so that the loop
         cannot start or close in another thread meanwhile. Near calls too: the base's heap is
         no more thread-safe than the wheel (uvloop's crashed, from a foreign ``call_later``)."""
-        engine = self._engine
-        with engine._claim_lock:
-            engine._claim_thread(_FOREIGN_THREAD)
-            if _get_ident() != engine._thread_id:  # closed, or not bound: the base answers
+        thread = self._loop_thread
+        with thread.lock:
+            self._driver.claim(FOREIGN_THREAD)
+            if get_ident() != thread.ident:  # closed, or not bound: the base answers
                 slow = self._slow_call_at if at else self._slow_call_later
                 return slow(time, callback, *args, context=context)
             route = self.call_at if at else self.call_later

@@ -16,16 +16,17 @@ import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
-from . import _awaiting, _validate
+from . import _awaiting, _debug, _validate
 from ._build import COMPILED_MODULES, is_compiled
-from ._engine import _NO_LIMIT, Engine
+from ._dispatch import DEFAULT_MAX_BATCH
+from ._driver import NO_LIMIT, Driver
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import Handle
 from ._periodic import Interval, PeriodicHandle, Watchdog, _Schedule
 from ._timeout import Timeout
-from ._validate import Name, Seconds, seconds
+from ._validate import Count, Name, Seconds, seconds
 
 __all__ = ["PendingLimitError", "Timer", "TimerClosedError", "TimerStats"]
 
@@ -50,7 +51,7 @@ class TimerStats:
     """Items in the delay queue (at most one per bucket)."""
 
 
-class Timer(Engine):
+class Timer:
     """A hierarchical timing wheel bound to one running event loop.
 
     ``tick`` is the wheel's resolution in seconds: a timer fires at most about one tick plus
@@ -71,22 +72,45 @@ class Timer(Engine):
     ...         await timer.sleep(0.1)
     """
 
-    __slots__ = ()
+    __slots__ = ("_driver", "_max_batch", "_slots", "_tick")
+
+    def __init__(
+        self,
+        *,
+        tick: Seconds = 0.001,
+        slots: Count = 64,
+        max_pending: Count | None = None,
+        max_batch: Count | None = DEFAULT_MAX_BATCH,
+    ) -> None:
+        """Create an unbound timer (see the class docstring for the parameters)."""
+        resolution = _validate.tick(tick, "Timer()")
+        buckets = _validate.slots(slots, "Timer()")
+        limit = _validate.max_pending(max_pending, "Timer()")
+        batch = _validate.max_batch(max_batch, "Timer()")
+        self._tick: Final = resolution
+        self._slots: Final = buckets
+        self._max_batch: Final = batch
+        self._driver: Final = Driver(
+            resolution,
+            buckets,
+            NO_LIMIT if limit is None else limit,
+            NO_LIMIT if batch is None else batch,
+        )
 
     # -- life cycle ----------------------------------------------------------------------------
 
-    # A Timer binds lazily, on first use, to the loop running then (the engine's loop check
-    # and its slow path, Engine._running_loop); its reaper is a task the engine owns (a
-    # loop-mode loop's own engine has none: aiowheel._loop).
+    # A Timer binds lazily, on first use, to the loop running then (the driver's loop check
+    # and its slow path, aiowheel._binding); its reaper is a task the driver owns (a
+    # loop-mode loop's own driver has none: aiowheel._loop).
 
     async def __aenter__(self) -> Timer:
         """Bind to the running loop and start the reaper."""
-        self._running_loop()
+        self._driver._running_loop()
         return self
 
     def __aexit__(self, *exc_info: object) -> Coroutine[Any, Any, None]:
         """Close the timer (see :meth:`aclose`)."""
-        return _awaiting.exit(self._close_for_waiting)
+        return _awaiting.exit(self._driver.close_for_waiting)
 
     def close(self) -> list[Handle]:
         """Stop the timer and return the callback handles that never fired (Netty's stop()).
@@ -101,26 +125,26 @@ class Timer(Engine):
         included: it closes with its loop (``loop.close()``) and refuses to close before,
         with RuntimeError and nothing changed, where closing it would lose the loop's timers.
         """
-        self._refuse_closing_a_loops_own()
-        return self._shutdown(None, None)
+        self._driver.refuse_closing_a_loops_own()
+        return self._driver.shutdown(None, None)
 
     def aclose(self) -> Coroutine[Any, Any, list[Handle]]:
         """:meth:`close`, then wait for the reaper task to finish (a coroutine)."""
         # Every coroutine that awaits is plain Python: see aiowheel._awaiting.
-        return _awaiting.aclose(self._close_for_waiting)
+        return _awaiting.aclose(self._driver.close_for_waiting)
 
     def closed(self) -> bool:
         """True once the timer has been closed (or shut itself down)."""
-        return self._closed
+        return self._driver.closed
 
     # -- introspection -------------------------------------------------------------------------
 
     def __len__(self) -> int:
         """The exact number of pending timers."""
-        return self._pending()
+        return self._driver.pending()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "running" if self._loop is not None else "unbound"
+        state = self._driver.state
         build = "compiled" if is_compiled("aiowheel", COMPILED_MODULES) else "pure-Python"
         return (
             f"<Timer {state} tick={self._tick} slots={self._slots} pending={len(self)} "
@@ -135,16 +159,15 @@ class Timer(Engine):
     @property
     def max_batch(self) -> int | None:
         """The most due callbacks run per loop iteration; None for no bound."""
-        batch = self._max_batch
-        return None if batch == _NO_LIMIT else batch
+        return self._max_batch
 
     def time(self) -> float:
         """The loop's clock (``loop.time()``): the clock every deadline is measured against."""
-        return self._loop_time()
+        return self._driver._loop_time()
 
     def stats(self) -> TimerStats:
         """Counters: pending, fired, cancelled, reaper wake-ups, max lateness seen."""
-        return TimerStats(*self._counters())
+        return TimerStats(*self._driver.counters())
 
     # -- scheduling ----------------------------------------------------------------------------
 
@@ -161,11 +184,17 @@ class Timer(Engine):
         ``when=inf`` never fires but is pending and cancellable; a past ``when`` fires on a
         coming loop iteration, never inside this call.
         """
-        if not self._on_loop():  # the loop check, inline: paid by every timer
-            self._check_loop()
+        driver = self._driver
+        if not driver.on_loop():  # the loop check, inline: paid by every timer
+            driver.check_loop()
         if not isinstance(when, float):
             when = seconds("call_at(): deadline", when)
-        return self._call(when, callback, args, context, "call_at()")  # NaN refused there
+        if when != when:
+            raise ValueError("call_at(): deadline must not be NaN")
+        _validate.call(callback, context, "call_at()")
+        if driver.debug:
+            _debug.check_not_coroutine_function(callback, "call_at()")
+        return driver.call(when, callback, args, context)
 
     def call_later(
         self,
@@ -175,26 +204,28 @@ class Timer(Engine):
         context: contextvars.Context | None = None,
     ) -> Handle:
         """Run ``callback(*args)`` after ``delay`` seconds; like ``loop.call_later``."""
-        if not self._on_loop():  # the loop check, inline: paid by every timer
-            self._check_loop()
+        driver = self._driver
+        if not driver.on_loop():  # the loop check, inline: paid by every timer
+            driver.check_loop()
         if not isinstance(delay, float):
             delay = seconds("call_later(): delay", delay)
-            if delay != delay:  # a NaN of another type (Decimal, NumPy), now a float
-                raise ValueError("call_later(): delay must not be NaN")
-        elif delay != delay:
+        if delay != delay:  # a NaN of another type (Decimal, NumPy) too, now a float
             raise ValueError("call_later(): delay must not be NaN")
-        return self._call(self._clock() + delay, callback, args, context, "call_later()")
+        _validate.call(callback, context, "call_later()")
+        if driver.debug:
+            _debug.check_not_coroutine_function(callback, "call_later()")
+        return driver.call(driver._now() + delay, callback, args, context)
 
     def sleep_until(self, deadline: Seconds, result: _T = None) -> Coroutine[Any, Any, _T]:  # type: ignore[assignment]
         """Sleep until ``loop.time() >= deadline``, then return ``result`` (a coroutine).
 
         Cancelling the sleeping task takes its timer out of the wheel at once.
         """
-        return _awaiting.sleep(self, deadline, result, until=True)
+        return _awaiting.sleep(self._driver, deadline, result, until=True)
 
     def sleep(self, delay: Seconds, result: _T = None) -> Coroutine[Any, Any, _T]:  # type: ignore[assignment]
         """Sleep ``delay`` seconds, then return ``result``; like ``asyncio.sleep``."""
-        return _awaiting.sleep(self, delay, result, until=False)
+        return _awaiting.sleep(self._driver, delay, result, until=False)
 
     def schedule_at(
         self,
@@ -222,7 +253,7 @@ class Timer(Engine):
         filing; a refused coroutine object is closed (it will never run, so no "never
         awaited" warning either)."""
         try:
-            self._running_loop()
+            self._driver._running_loop()
             if asyncio.iscoroutine(coro_or_function):
                 if args:
                     raise TypeError(f"{where}: takes no args with a coroutine object")
@@ -236,12 +267,14 @@ class Timer(Engine):
                 _validate.not_nan(deadline, "schedule_at(): deadline")
             else:
                 delay = seconds("schedule_later(): delay", when)
-                deadline = _validate.not_nan(self._loop_time() + delay, "schedule_later(): delay")
+                deadline = _validate.not_nan(
+                    self._driver._loop_time() + delay, "schedule_later(): delay"
+                )
         except BaseException:
             if asyncio.iscoroutine(coro_or_function):
                 coro_or_function.close()
             raise
-        return self._schedule(deadline, coro_or_function, args)
+        return self._driver.schedule(deadline, coro_or_function, args)
 
     def schedule_later(
         self,
@@ -258,21 +291,23 @@ class Timer(Engine):
         >>> async with timer.timeout(2.0):
         ...     await handle_request()
         """
-        self._running_loop()
+        driver = self._driver
+        driver._running_loop()
         if delay is None:
-            return Timeout(None, self)
+            return Timeout(None, driver)
         if not isinstance(delay, float):
             delay = seconds("timeout(): delay", delay)
-        return Timeout(_validate.not_nan(self._now() + delay, "timeout(): delay"), self)
+        return Timeout(_validate.not_nan(driver._now() + delay, "timeout(): delay"), driver)
 
     def timeout_at(self, when: Seconds | None) -> Timeout:
         """An ``asyncio.timeout_at(when)`` drop-in on this timer (None: no deadline)."""
-        self._running_loop()
+        driver = self._driver
+        driver._running_loop()
         if when is None:
-            return Timeout(None, self)
+            return Timeout(None, driver)
         if not isinstance(when, float):
             when = seconds("timeout_at(): deadline", when)
-        return Timeout(_validate.not_nan(when, "timeout_at(): deadline"), self)
+        return Timeout(_validate.not_nan(when, "timeout_at(): deadline"), driver)
 
     def wait_for(self, aw: Awaitable[_T], timeout: Seconds | None) -> Coroutine[Any, Any, _T]:
         """``asyncio.wait_for`` with the 3.12+ semantics on every version, on this timer.
@@ -303,16 +338,17 @@ class Timer(Engine):
         >>> beat = timer.every(1.0, send_heartbeat)
         >>> beat.cancel()
         """
-        self._running_loop()
+        driver = self._driver
+        driver._running_loop()
         period = _validate.period("every(): interval", interval)
         policy = _validate.missed(missed, "every()")
         if not callable(callback):
             raise TypeError(f"every(): callback must be callable, got {type(callback).__name__}")
         first = self._first_deadline(start, period, "every()")
         handle = PeriodicHandle(
-            self, _Schedule(first, period, policy), callback, args, contextvars.copy_context()
+            driver, _Schedule(first, period, policy), callback, args, contextvars.copy_context()
         )
-        self._file(handle, first)
+        driver._file(handle, first)
         return handle
 
     def interval(
@@ -323,16 +359,16 @@ class Timer(Engine):
         >>> async for deadline in timer.interval(1.0):
         ...     await send_heartbeat()
         """
-        self._running_loop()
+        self._driver._running_loop()
         every = _validate.period("interval(): period", period)
         policy = _validate.missed(missed, "interval()")
         first = self._first_deadline(start, every, "interval()")
-        return Interval(self, _Schedule(first, every, policy))
+        return Interval(self._driver, _Schedule(first, every, policy))
 
     def _first_deadline(self, start: Seconds | None, period: float, where: str) -> float:
         """A schedule's first deadline: ``start``, validated, or one period from now."""
         if start is None:
-            return self._loop_time() + period
+            return self._driver._loop_time() + period
         if not isinstance(start, float):
             start = seconds(f"{where}: start", start)
         return _validate.not_nan(start, f"{where}: start")
@@ -345,12 +381,13 @@ class Timer(Engine):
         >>> dog = timer.watchdog(3.0, connection.close)
         >>> dog.feed()   # on every message from the peer
         """
-        self._running_loop()
+        driver = self._driver
+        driver._running_loop()
         silence = _validate.period("watchdog(): timeout", timeout)
         if not callable(on_expire):
             raise TypeError(
                 f"watchdog(): on_expire must be callable, got {type(on_expire).__name__}"
             )
-        dog = Watchdog(self, silence, on_expire, args, contextvars.copy_context())
-        self._file(dog, dog._when)
+        dog = Watchdog(driver, silence, on_expire, args, contextvars.copy_context())
+        driver._file(dog, dog._when)
         return dog

@@ -32,6 +32,7 @@ number or a name is annotated ``T | Unchecked``:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import numbers
 from typing import Final, NoReturn, Protocol, TypeAlias
@@ -41,6 +42,7 @@ __all__ = [
     "MISSED_TICK_POLICIES",
     "advance",
     "autojump",
+    "call",
     "coroutine",
     "Count",
     "debug",
@@ -245,3 +247,17 @@ def coroutine(value: object, where: str) -> None:
     ValueError; a wrong type is a TypeError here, as everywhere in aiowheel)."""
     if not asyncio.iscoroutine(value):
         raise TypeError(f"{where}: main must be a coroutine, got {type(value).__name__}")
+
+
+_callable: Final = callable
+
+
+def call(callback: object, context: object, where: str) -> None:
+    """A ``call_at`` / ``call_later``'s callback and context: a callable, and a
+    ``contextvars.Context`` or None; TypeError otherwise (``where`` names the function)."""
+    if not _callable(callback):
+        raise TypeError(f"{where}: callback must be callable, got {type(callback).__name__}")
+    if context is not None and not isinstance(context, contextvars.Context):
+        raise TypeError(
+            f"{where}: context must be a contextvars.Context or None, got {type(context).__name__}"
+        )

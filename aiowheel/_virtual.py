@@ -127,6 +127,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 from . import _validate
+from ._clock import STATE_ATTRIBUTE
 
 if TYPE_CHECKING:
     from ._fuzz import Chance, Fuzz
@@ -306,7 +307,7 @@ class VirtualClock:
     # -- the engine's side: wake-ups filed instead of on the base loop's heap ------------------
 
     def wake_at(self, when: float, callback: Callable[[], None]) -> _Wake:
-        """File the wheel's wake-up (``aiowheel._engine.WakeAt``)."""
+        """File the wheel's wake-up (:class:`aiowheel._clock.Clock`)."""
         wake = _Wake(when, callback)
         heapq.heappush(self._wakes, (when, next(self._order), wake))
         if when <= self._now:
@@ -570,7 +571,7 @@ class _ProbeIdle(_Idle):
         if clock._real_wait:
             self._waiting = True
             # On the base's own heap, in real time (the loop's call_later is the wheel's).
-            self._loop._aiowheel_heap.near_call_later(
+            _loop_state(self._loop).heap.near_call_later(
                 clock._real_wait, self._after_wait, self._activity
             )
             return
@@ -696,7 +697,8 @@ def _wrap_anyio(module: ModuleType) -> None:
     async def run_sync_in_worker_thread(
         cls: Any, func: Callable[..., Any], args: Sequence[Any], *rest: Any, **kwargs: Any
     ) -> Any:
-        clock = getattr(asyncio.get_running_loop(), "_aiowheel_clock", None)
+        state = getattr(asyncio.get_running_loop(), STATE_ATTRIBUTE, None)
+        clock = None if state is None else state.virtual
         if clock is None:
             return await original(func, args, *rest, **kwargs)
         job = clock._job_begin()
@@ -776,7 +778,7 @@ def _requeue_for(loop: Any, clock: VirtualClock) -> Callable[[Callable[[], None]
             return native_call_later(loop, 0, probe, (), contextvars.copy_context())
 
         return requeue_now
-    base_call_later = loop._aiowheel_heap.near_call_later
+    base_call_later = _loop_state(loop).heap.near_call_later
 
     def requeue(probe: Callable[[], None]) -> object:
         return base_call_later(1e-6, probe)
@@ -800,3 +802,8 @@ def _ready_queue(loop: Any) -> collections.deque[Any] | None:
 
 def _no_op() -> None:
     pass
+
+
+def _loop_state(loop: Any) -> Any:
+    """A loop-mode loop's state (aiowheel._loop.LoopState, which sits above this room)."""
+    return getattr(loop, STATE_ATTRIBUTE)

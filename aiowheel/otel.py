@@ -31,7 +31,7 @@ from typing import Any
 from opentelemetry import metrics
 
 from ._census import _loop_of
-from ._engine import Engine, engines_of
+from ._view import View, views_of
 
 __all__ = ["Instrumentation", "instrument"]
 
@@ -64,26 +64,26 @@ class Instrumentation:
             "aiowheel.loop.lag", unit="s",
             description="how late each wheel pass that fired timers ran",
         )  # fmt: skip
-        self._listened: list[Engine] = []
+        self._listened: list[View] = []
         self._listen()
 
-    def _engines(self) -> list[Engine]:
+    def _engines(self) -> list[View]:
         loop = self._loop()
         if loop is None or self._closed:
             return []
-        engines = engines_of(loop)
-        if any(engine._lag.listener is None for engine in engines):
+        views = views_of(loop)
+        if any(not view.listened() for view in views):
             self._listen()  # a Timer bound since
-        return engines
+        return views
 
     def _listen(self) -> None:
         loop = self._loop()
         if loop is None:
             return
-        for engine in engines_of(loop):
-            if engine._lag.listener is None:
-                engine._lag.listener = self._record
-                self._listened.append(engine)
+        for view in views_of(loop):
+            if not view.listened():
+                view.listen(self._record)
+                self._listened.append(view)
 
     def _record(self, late: float, count: int) -> None:
         self._lag.record(late, self._attributes)
@@ -92,7 +92,7 @@ class Instrumentation:
         engines = self._engines()
         if not engines and self._loop() is None:
             return []
-        total = sum(engine._counters()[index] for engine in engines)
+        total = sum(view.counters()[index] for view in engines)
         return [metrics.Observation(total, self._attributes)]
 
     def _pending(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
@@ -107,9 +107,9 @@ class Instrumentation:
     def close(self) -> None:
         """Stop recording: the histogram is no longer fed, the gauges report nothing."""
         self._closed = True
-        for engine in self._listened:
-            if engine._lag.listener == self._record:
-                engine._lag.listener = None
+        for view in self._listened:
+            if view.listener() == self._record:
+                view.listen(None)
         self._listened.clear()
 
 

@@ -93,7 +93,7 @@ from typing import Any, Final
 
 import pytest
 
-from . import _engine, _validate
+from . import _validate, _view
 from ._census import PendingTimer, _name, pending
 from ._fuzz import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz, fuzz_number
 from ._loop import LoopFactory, config_of, loop_factory, virtual_loop_factory, watch_loops
@@ -384,7 +384,7 @@ class _Lingering:
     def _watch(self, event: str, loop: asyncio.AbstractEventLoop) -> None:
         if event == "made":
             self._live.add(loop)
-            _engine.track_loop(loop, True)  # name each timer by the line that filed it
+            _view.track_loop(loop, True)  # name each timer by the line that filed it
         else:
             self._live.discard(loop)
             self._left.extend(self._new(loop, self._before))

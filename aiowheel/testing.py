@@ -44,6 +44,7 @@ from typing import Any, Final, TypeVar
 
 from . import _validate
 from ._census import _loop_of
+from ._clock import STATE_ATTRIBUTE
 from ._fuzz import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz
 from ._loop import LoopConfig, LoopFactory
 from ._loop import virtual_loop_factory as _virtual_loop_factory
@@ -190,7 +191,8 @@ def clock_of(loop: asyncio.AbstractEventLoop | None = None) -> VirtualClock | No
     """
     if loop is None or not isinstance(loop, asyncio.AbstractEventLoop):
         loop = _loop_of(loop, "clock_of()")  # the running loop, or a clear error
-    clock: VirtualClock | None = getattr(loop, "_aiowheel_clock", None)
+    state = getattr(loop, STATE_ATTRIBUTE, None)
+    clock: VirtualClock | None = None if state is None else state.virtual
     return clock if isinstance(clock, VirtualClock) else None
 
 

@@ -107,7 +107,7 @@ async def soak(timers: int, in_flight: int = 20_000, seed: int = 1) -> SoakRepor
         # The last due callbacks were dispatched as a batch that runs an iteration later.
         await asyncio.sleep(0.05)
         seconds = time.perf_counter() - started
-        wheel = timer._wheel
+        wheel = timer._driver._store.wheel
         wheel.next_expiration()  # drops items of emptied buckets, as the reaper would
         report = SoakReport(
             timers=timers,

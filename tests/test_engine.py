@@ -86,8 +86,9 @@ async def test_reaper_cancelled_from_outside_fails_waiters_loudly() -> None:
     timer = Timer()
     sleeper = asyncio.create_task(timer.sleep(10))
     await asyncio.sleep(0)
-    assert timer._reaper is not None
-    timer._reaper.cancel()
+    reaper = timer._driver._reaper
+    assert reaper is not None
+    reaper.cancel()
     with pytest.raises(TimerClosedError, match="reaper task was cancelled"):
         await sleeper
     with pytest.raises(RuntimeError, match="reaper task was cancelled"):
@@ -348,10 +349,10 @@ async def test_idle_timeout_pushed_back_on_every_read_never_fires() -> None:
         for _ in range(15):
             await asyncio.sleep(0.01)
             cm.reschedule(loop.time() + 0.05)
-        heap_before = list(timer._wheel._heap)
+        heap_before = list(timer._driver._store.wheel._heap)
         for _ in range(10_000):
             cm.reschedule(loop.time() + 0.05)
-        assert timer._wheel._heap == heap_before  # later is O(1): no heap work
+        assert timer._driver._store.wheel._heap == heap_before  # later is O(1): no heap work
     assert not cm.expired()
     with pytest.raises(TimeoutError):
         async with timer.timeout(0.05) as cm:
@@ -359,7 +360,7 @@ async def test_idle_timeout_pushed_back_on_every_read_never_fires() -> None:
 
 
 async def test_many_timers_on_one_loop_warn_once() -> None:
-    from aiowheel._engine import TOO_MANY_TIMERS
+    from aiowheel._binding import TOO_MANY_TIMERS
 
     timers = [Timer() for _ in range(TOO_MANY_TIMERS + 5)]
     with warnings.catch_warnings(record=True) as caught:

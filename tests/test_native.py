@@ -34,20 +34,20 @@ import pytest
 
 import aiowheel
 import aiowheel.testing
-from aiowheel import _engine
+from aiowheel import _store
 from aiowheel._wheel import UNQUEUED, Entry, Wheel
 
-native: Any = _engine.native
+native: Any = _store.native
 
 pytestmark = pytest.mark.skipif(
     native is None, reason="the pure-Python build has no native core (it is the reference)"
 )
 
-EPSILON = 1e-6  # aiowheel._engine._TICK_EPSILON
+EPSILON = 1e-6  # aiowheel._driver._TICK_EPSILON
 
 
 def _tick_for(when: float) -> int:
-    return math.ceil(when - EPSILON)  # tick 1.0, epoch 0.0: aiowheel._engine's arithmetic
+    return math.ceil(when - EPSILON)  # tick 1.0, epoch 0.0: aiowheel._driver's arithmetic
 
 
 class _Ref(Entry):
@@ -215,7 +215,7 @@ def test_a_program_runs_the_same_with_and_without_the_native_core(
 ) -> None:
     with_core: list[tuple[object, ...]] = []
     aiowheel.testing.run(_program(seed, with_core)())
-    monkeypatch.setattr(_engine, "native", None)
+    monkeypatch.setattr(_store, "native", None)
     without: list[tuple[object, ...]] = []
     aiowheel.testing.run(_program(seed, without)())
     assert len(with_core) > 300

@@ -102,7 +102,7 @@ async def test_randomized_mix_fires_each_live_timer_once_never_early(seed: int) 
             assert at >= deadline_of[i], f"timer {i} fired {deadline_of[i] - at:.6f} s early"
             assert at <= deadline_of[i] + timer.tick + LATENESS_TOLERANCE
         assert len(timer) == 0
-        assert timer._wheel.next_expiration() is None
+        assert timer._driver._store.next_expiration() is None
 
 
 async def test_close_from_inside_a_firing_callback() -> None:

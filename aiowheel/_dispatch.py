@@ -1,0 +1,229 @@
+"""Running what came due: the batch, its order, and the backlog beyond ``max_batch``.
+
+The due callbacks of one pass of the driver (:mod:`aiowheel._driver`) run in deadline order in
+*one* loop callback, exactly like loop callbacks (no current task, the loop's exception
+handler; SystemExit or KeyboardInterrupt leaves the loop and the rest of the batch runs on the
+loop's next iteration), at the cost of one loop handle per batch instead of one per timer.
+The driver's entries and the native core's handles come due in the same pass as two lists,
+each in deadline order: :func:`merge` makes them one.
+
+The backlog. With ``max_batch`` set, a pass with more due callbacks than that runs them
+``max_batch`` per loop iteration (:class:`Backlog`), in deadline order, and the loop polls its
+I/O in between. A fair share keeps timers from starving on a loop saturated with I/O: when the
+rest of the loop took more than ``FAIR_FLOOR`` since the last chunk, further chunks run until
+the backlog has had as much time as the rest (one chunk per iteration against iterations of
+20 ms of reads would let heartbeats come due faster than they run: the hub benchmark's mass
+expiry showed it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from math import inf
+from typing import Any, Final
+
+from . import _debug
+from ._entry import _Timed
+from ._wheel import Entry
+
+__all__ = ["DEFAULT_MAX_BATCH", "FAIR_FLOOR", "Backlog", "in_deadline_order", "merge", "run_batch"]
+
+DEFAULT_MAX_BATCH: Final[int | None] = None
+"""The most due callbacks a wheel runs per loop iteration by default (``max_batch``): no bound,
+as asyncio runs every timer due in one iteration. A server that expires thousands of timers at
+once sets it (see docs/loop-mode.md); a bound costs a program that runs a big due batch of cheap
+callbacks one loop iteration per chunk."""
+
+FAIR_FLOOR: Final = 0.002
+"""Below this much time taken by the rest of the loop since the last chunk, one chunk per
+iteration (the I/O between costs little); above it, as much time as the rest took."""
+
+_perf_counter: Final = time.perf_counter
+
+
+def deadline_of(entry: Entry) -> float:
+    """An entry's exact deadline."""
+    assert isinstance(entry, _Timed)
+    return entry._when
+
+
+def when_of(item: Any) -> float:
+    """A due item's deadline (an entry's or a core handle's)."""
+    when: float = item._when
+    return when
+
+
+def in_deadline_order(due: list[Entry]) -> None:
+    """Put a pass's due entries in deadline order (stable: filing order within a deadline).
+
+    The wheel hands back each bucket's entries in the order they were filed, and a coarse
+    bucket holds many deadlines: when the loop comes back late, a 10 ms timer could run before
+    a 9 ms one filed after it. The loop's own heap runs them in deadline order, and so does
+    this. Nearly every pass is in order already: one scan, and a sort only when it is not.
+    """
+    last = -inf
+    for entry in due:
+        when = deadline_of(entry)
+        if when < last:
+            due.sort(key=deadline_of)
+            return
+        last = when
+
+
+def merge(
+    first: list[Any], first_whens: list[float], second: list[Any], second_whens: list[float]
+) -> tuple[list[Any], list[float]]:
+    """Two lists in deadline order as one, with its deadlines (``first``'s ahead in a tie)."""
+    merged: list[Any] = []
+    merged_whens: list[float] = []
+    i = j = 0
+    while i < len(first) and j < len(second):
+        if second_whens[j] < first_whens[i]:
+            merged.append(second[j])
+            merged_whens.append(second_whens[j])
+            j += 1
+        else:
+            merged.append(first[i])
+            merged_whens.append(first_whens[i])
+            i += 1
+    merged.extend(first[i:])
+    merged_whens.extend(first_whens[i:])
+    merged.extend(second[j:])
+    merged_whens.extend(second_whens[j:])
+    return merged, merged_whens
+
+
+def run_batch(batch: list[Any]) -> None:
+    """Run a batch of due callbacks (entries, core handles or both), in order, as one loop
+    callback: SystemExit or KeyboardInterrupt leaves the loop, as from any loop callback, and
+    the rest of the batch runs on the loop's next iteration."""
+    for index, item in enumerate(batch):
+        try:
+            item._run()
+        except BaseException:
+            rest = batch[index + 1 :]
+            if rest:
+                asyncio.get_running_loop().call_soon(run_batch, rest)
+            raise
+
+
+class Backlog:
+    """Due callbacks beyond ``max_batch``, in deadline order, run a chunk at a time.
+
+    ``run_native`` runs a chunk of the core's handles alone (in C); a chunk with any of the
+    driver's entries runs through :func:`run_batch`.
+    """
+
+    __slots__ = (
+        "_at",
+        "_items",
+        "_native",
+        "_queued",
+        "_run_native",
+        "_whens",
+        "_yielded",
+        "max_batch",
+    )
+
+    def __init__(self, max_batch: int, run_native: Callable[[list[Any]], None]) -> None:
+        self.max_batch: Final = max_batch
+        self._run_native: Final = run_native
+        # Those before _at have run; _native: every one is a core handle; _queued: run() is
+        # queued on the loop (call_soon); _yielded: when the last chunk ended.
+        self._items: list[Any] = []
+        self._whens: list[float] = []
+        self._at = 0
+        self._native = True
+        self._queued = False
+        self._yielded = 0.0
+
+    def waiting(self) -> bool:
+        """Whether callbacks wait in the backlog."""
+        return self._at < len(self._items)
+
+    def add(self, items: list[Any], whens: list[float], native: bool) -> None:
+        """Add a pass's due callbacks (in deadline order; ``native``: all core handles),
+        keeping the backlog in deadline order (ahead of a new one within a deadline: it came
+        due first)."""
+        waiting = self.waiting()
+        self._native = native and (self._native or not waiting)
+        at = self._at
+        backlog = self._items
+        backlog_when = self._whens
+        if not waiting:
+            self._items = items
+            self._whens = whens
+            self._at = 0
+            self._yielded = _perf_counter()  # a new backlog owes nothing yet
+        elif not whens or whens[0] >= backlog_when[-1]:
+            backlog.extend(items)  # nearly always: later than every one still waiting
+            backlog_when.extend(whens)
+        else:  # a deadline filed already past, earlier than some still waiting
+            self._items, self._whens = merge(backlog[at:], backlog_when[at:], items, whens)
+            self._at = 0
+
+    def schedule(self, loop: asyncio.AbstractEventLoop, inline: bool) -> None:
+        """Start running the backlog: now (``inline``: loop mode's reaper runs in a loop
+        callback already) or as a loop callback, unless one is queued."""
+        if self._queued:
+            return
+        if inline:
+            self.run()
+        else:
+            self._queued = True
+            loop.call_soon(self.run)
+
+    def run(self) -> None:
+        """Run the next ``max_batch`` callbacks (a loop callback, or inline in loop mode's
+        reaper); if more wait, queue itself on the loop again, so that the loop polls its I/O
+        and runs what that woke before the next chunk. SystemExit or KeyboardInterrupt leaves
+        the loop as from any loop callback; the rest of the chunk and of the backlog run on the
+        loop's next iteration, in order. A fair share beyond one chunk (the module docstring).
+        """
+        self._queued = False
+        started = _perf_counter()
+        owed = started - self._yielded
+        if owed < FAIR_FLOOR:
+            owed = 0.0
+        try:
+            while True:
+                backlog = self._items
+                at = self._at
+                if at >= len(backlog):
+                    return  # drained, or debug mode handed it to the loop (to_loop)
+                native = self._native
+                end = at + self.max_batch
+                if end >= len(backlog):
+                    chunk = backlog[at:] if at else backlog
+                    # Drained before it runs: a pass the chunk's callbacks start begins anew.
+                    self._clear()
+                else:
+                    chunk = backlog[at:end]
+                    self._at = end
+                if native:
+                    self._run_native(chunk)
+                else:
+                    run_batch(chunk)
+                if _perf_counter() - started >= owed:
+                    return
+        finally:
+            self._yielded = _perf_counter()
+            if self.waiting() and not self._queued:
+                self._queued = True
+                asyncio.get_running_loop().call_soon(self.run)
+
+    def to_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Debug mode: every callback of the backlog a loop callback of its own, in order."""
+        backlog = self._items
+        at = self._at
+        self._clear()
+        for index in range(at, len(backlog)):
+            loop.call_soon(_debug.DueCallback(backlog[index]))
+
+    def _clear(self) -> None:
+        self._items = []
+        self._whens = []
+        self._at = 0
+        self._native = True

@@ -1,0 +1,854 @@
+"""Driver: the one owner of a wheel on a loop. It files, moves and unfiles timers, and runs
+what is due.
+
+Why a class of its own. tokio's time driver keeps three things apart: the ``Handle`` users
+hold, the ``Driver`` that owns the wheel and parks until the next expiration, and the ``entry``
+with one timer's state; Kafka's ``SystemTimer`` *has* its ``TimingWheel`` and its reaper. Here
+the entries are :mod:`aiowheel._handles`, :mod:`aiowheel._timeout` and
+:mod:`aiowheel._periodic` (sans-IO wheel: :mod:`aiowheel._wheel`), the facade users hold is
+:class:`aiowheel.Timer`, which *has* a driver, and this is the driver. Its one job is the wheel:
+it alone inserts, moves and removes entries (through one :class:`~aiowheel._store.Store`, over
+one wheel or two), arms the one wake-up, and dispatches what came due. What it asks of others,
+each a room with a small API: the loop check and binding (:mod:`aiowheel._binding`), the thread
+checks (:mod:`aiowheel._threads`), the clock (:mod:`aiowheel._clock`), the batch and backlog
+(:mod:`aiowheel._dispatch`); introspection reads it through :mod:`aiowheel._view`. Entries
+reach it only through :class:`aiowheel._entry.Owner`, the protected API it implements.
+
+One choke point. Every timer enters the store in :meth:`Driver._insert` (Kafka's
+``addTimerTaskEntry``, tokio's ``reregister``): "insert, then wake earlier if that bucket is now
+the first" is written there once; a callback handle the native core holds enters in
+:meth:`Store.file_call`, whose "earlier bucket" comes back as a call of :meth:`_arm`.
+
+Ticks. A deadline ``when`` (loop clock, seconds) becomes tick ``ceil((when - epoch) / tick)``,
+rounded **up**, so a bucket is never processed before every deadline in it can have passed.
+Rounding errors cannot make a timer early either: before an entry fires, the driver compares
+its exact ``when`` with the clock and re-files it from that deadline if the clock has not
+reached it (asyncio and uvloop may run a loop timer a little early; this guard is where that
+ends). The same check makes pushing a deadline later free (:meth:`_push_back`): only ``when``
+is rewritten, and the entry is re-filed when its old bucket comes due.
+
+Delay queue and reaper (Kafka's DelayQueue + ExpiredOperationReaper, on the loop instead of a
+thread). The wheel keeps one heap item per non-empty bucket; one wake-up handle, filed by the
+clock at the earliest expiration, wakes the reaper: a task that awaits a future the wake-up
+resolves (:meth:`_reaper_waiter`, then :meth:`_reap_due`), or, for a loop-mode loop's own
+driver, the wake-up's callback itself (:meth:`_drive`: no task; see :mod:`aiowheel._loop`).
+While nothing is due nothing wakes: no periodic ticks.
+
+Compiled build. Compiled with mypyc; its coroutines are not (:mod:`aiowheel._awaiting`): the
+reaper task is a plain-Python loop that calls the compiled :meth:`_reap_due`, so the per-timer
+work stays in C and nothing compiled suspends.
+
+Failure. If the reaper task is cancelled from outside (``asyncio.run`` does this at exit) or
+dies of a bug, the driver closes (:meth:`_on_reaper_done`, :meth:`_shutdown`): pending sleepers
+and scheduled futures fail with :class:`TimerClosedError` naming the cause, pending callbacks
+are marked cancelled, and any later use raises RuntimeError. It never hangs silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+import time
+import weakref
+from collections.abc import Callable, Coroutine
+from math import ceil, floor
+from typing import Any, Final
+
+from . import _awaiting, _debug, _dispatch, _validate
+from ._binding import Binding
+from ._clock import Clock, WakeHandle, clock_for
+from ._dispatch import Backlog, merge, run_batch, when_of
+from ._entry import Owner, Sleeper, _Timed
+from ._errors import PendingLimitError, TimerClosedError
+from ._handles import EMPTY_CONTEXT, Handle, Scheduled, TimerHandle, _Call
+from ._observe import LagHistogram
+from ._store import store_for
+from ._threads import FOREIGN_CANCEL, FREE_THREADED, LoopThread, get_ident
+from ._wheel import NEVER
+
+__all__ = ["NO_LIMIT", "Driver"]
+
+# Module constants, so that the compiled build reads them from a C static: a builtin or module
+# attribute named in a function is looked up in a dict on every call.
+_copy_context: Final = contextvars.copy_context
+
+# While the reaper is about to run or is running, inserts need not re-arm: it re-reads the
+# earliest expiration before it sleeps again. No expiration is below this (they are never below
+# the wheel's start, 0), and it is a tagged int in the compiled build.
+_REAPER_AWAKE: Final = -(1 << 62)
+
+# A clock reading within this fraction of a tick below a boundary counts as having reached it
+# (the reaper), and a deadline within it above one is filed in that boundary's tick (_admit).
+_TICK_EPSILON: Final = 1e-6
+
+NO_LIMIT: Final = sys.maxsize
+"""max_pending / max_batch None: no limit (a C static in the compiled build)."""
+
+
+class Driver(Owner):
+    """The wheel on one event loop: filing, the wake-up, the reaper and dispatch."""
+
+    __slots__ = (
+        "_armed",
+        "_backlog",
+        "_cancelled_on_close",
+        "_clock",
+        "_debug",
+        "_driven",
+        "_epoch",
+        "_fired",
+        "_inverse_tick",
+        "_limit",
+        "_loop_thread",
+        "_max_lateness",
+        "_native_ready",
+        "_origins",
+        "_pass_floor",
+        "_read",
+        "_ready",
+        "_ready_when",
+        "_reaper",
+        "_site",
+        "_store",
+        "_tick",
+        "_waiter",
+        "_wake_handle",
+        "_wake_tick",
+        "_wakeups",
+        "lag",
+    )
+
+    def __init__(self, tick: float, slots: int, limit: int, max_batch: int) -> None:
+        """An unbound driver; arguments checked by :class:`aiowheel.Timer`."""
+        self._store: Final = store_for(slots)
+        self._tick: Final = tick
+        self._inverse_tick: Final = 1.0 / tick
+        self._limit: Final = limit
+        self._backlog: Final = Backlog(max_batch, self._store.run)
+        self._site: Final = Binding(self, self._bind, self._sync)
+        self._loop_thread: Final = self._site.thread
+        self._epoch = 0.0
+        self._debug = False
+        self._driven = False  # the loop-mode loop's own: the wake-up's callback is the reaper
+        self._reaper: asyncio.Task[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._wake_handle: WakeHandle | None = None
+        self._armed = NEVER
+        self._wake_tick = NEVER  # the expiration the last wake-up was filed for
+        # The clock, and its reading function (called on every filing: a builtin where it can).
+        self._clock: Clock | None = None
+        self._read: Callable[[], float] = time.monotonic
+        self._fired = 0
+        self._cancelled_on_close = 0
+        self._wakeups = 0
+        self._max_lateness = 0.0
+        # Loop lag: how late the passes that fired timers ran (aiowheel._observe; its listener
+        # is set through aiowheel._view).
+        self.lag: Final = LagHistogram(0.0)
+        # Where each pending timer was filed from, while origin tracking is on (debug mode or
+        # aiowheel.track_origins); None otherwise, and then filing pays one comparison.
+        self._origins: dict[object, tuple[str, object]] | None = None
+        # The start of the first tick the last pass left unprocessed: a timer due before it
+        # was filed later, already due (its lateness counts from there).
+        self._pass_floor = 0.0
+        # This pass's due entries, and the deadline each came due at (a heartbeat re-files
+        # itself before the batch runs, and the merge orders it by the deadline it fired for);
+        # the core's due handles.
+        self._ready: list[_Timed] = []
+        self._ready_when: list[float] = []
+        self._native_ready: Any = None
+
+    # -- binding (aiowheel._binding asks; the driver sets up its clock, store and reaper) --------
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bound lazily, at first use, to the running ``loop``: start the reaper task (see
+        aiowheel._awaiting.reap), in an empty context (nothing of whoever started the timer
+        leaks in)."""
+        self._start(loop, clock_for(loop))
+        reaper = loop.create_task(
+            _awaiting.reap(self._reaper_waiter, self._reap_due), context=contextvars.Context()
+        )
+        # A loop closed with timers pending must not print "Task was destroyed but it is
+        # pending!" for the reaper: asyncio drops its own pending TimerHandles silently too.
+        reaper._log_destroy_pending = False  # type: ignore[attr-defined]
+        reaper.add_done_callback(self._on_reaper_done)
+        self._reaper = reaper
+        self._site.open(loop)
+
+    def drive_loop(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
+        """Become ``loop``'s own driver, before the loop runs (aiowheel._loop): no reaper
+        task; the wake-up is filed by ``clock`` and its callback is :meth:`_drive`."""
+        self._driven = True
+        self._start(loop, clock)
+        self._site.open(loop)
+
+    def _start(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
+        """Take ``loop`` (the binding), its clock and its debug flag; make the store's core."""
+        self._site.adopt(loop)
+        self._clock = clock
+        self._read = read = clock.time
+        self._epoch = self._pass_floor = read()
+        self.lag.since = self._epoch
+        self._debug = loop.get_debug()
+        if self._debug or _view_tracks(loop):
+            self.track_origins(True)
+        self._store.attach(self._arm, self._tick, self._epoch, read, self._claim_for_cancel)
+        self._sync()
+
+    def use_clock(self, clock: Clock) -> None:
+        """Run by ``clock`` from now on (loop mode: a loop whose ``time`` was replaced, or a
+        virtual clock). As on asyncio's heap, where a replaced ``loop.time`` decides what is
+        due: the wheel keeps the tick it has reached, now on the new clock (the epoch moves),
+        and every pending timer is filed again by its deadline on that clock."""
+        self._clock = clock
+        self._read = read = clock.time
+        if self._site.bound is None or self._site.closed:
+            return
+        store = self._store
+        now = read()
+        self._epoch = now - store.elapsed * self._tick
+        self._pass_floor = now
+        entries = store.drain()
+        entries.sort(key=_dispatch.deadline_of)  # stable: filing order within a deadline
+        for entry in entries:
+            assert isinstance(entry, _Timed)
+            store.insert(entry, self._tick_for(entry._when))
+        store.set_clock(read, self._epoch)
+        if self._armed != _REAPER_AWAKE:  # else the pass under way re-arms when it ends
+            self._arm()
+
+    def front(self, threshold: float, near_pad: float, *calls: Any) -> Any:
+        """Loop mode's ``call_at`` / ``call_later`` in native code, or None (see
+        :meth:`aiowheel._store.Store.front`)."""
+        front = self._store.front(threshold, near_pad, *calls)
+        self._sync()
+        return front
+
+    def _sync(self) -> None:
+        """Tell the store what decides the core's fast lane (loop mode's calls file there
+        directly unless closed, in debug mode, noting origins, or counting against
+        max_pending) and whose thread may cancel."""
+        self._store.sync(
+            not self._site.closed
+            and not self._debug
+            and self._origins is None
+            and self._limit == NO_LIMIT,
+            self._debug,
+            self._loop_thread.ident,
+        )
+
+    def set_debug(self, enabled: bool) -> None:
+        """Follow the loop's debug mode (debug mode tracks where timers are filed from)."""
+        self._debug = enabled
+        loop = self._site.bound
+        self.track_origins(enabled or (loop is not None and _view_tracks(loop)))
+
+    def track_origins(self, enabled: bool) -> None:
+        """Start (keeping what is noted) or stop noting where each timer is filed from."""
+        if not enabled:
+            self._origins = None
+        elif self._origins is None:
+            self._origins = {}
+        self._sync()
+
+    def _note_origin(self, entry: object, origins: dict[object, tuple[str, object]]) -> None:
+        """Note where ``entry`` is filed from, the first time it is filed."""
+        if entry in origins:
+            return
+        if len(origins) > 2 * self._store.count + 1024:
+            # Timers that left the wheel are forgotten here, not on the paths they leave by
+            # (which then cost nothing more with tracking on): at most half the notes are stale.
+            for stale in [noted for noted in origins if not _pending(noted)]:
+                del origins[stale]
+        loop = self._site.bound
+        task = asyncio.current_task(loop) if loop is not None else None
+        origins[entry] = (_debug.filed_at(), task)
+
+    # -- the read side (aiowheel._view reads these; nothing else) ---------------------------------
+
+    def pending(self) -> int:
+        """The exact number of pending timers."""
+        return len(self._store)
+
+    def counters(self) -> tuple[int, int, int, int, float, int]:
+        """pending, fired, cancelled, wake-ups, max lateness, queued buckets."""
+        store = self._store
+        cancelled = store.removed + self._cancelled_on_close
+        queued = store.queued
+        return (len(store), self._fired, cancelled, self._wakeups, self._max_lateness, queued)
+
+    def pending_timers(self) -> list[Any]:
+        """Every pending timer: the wheel's entries, then the core's handles."""
+        return self._store.entries() + self._store.handles()
+
+    def origin_of(self, timer: object) -> tuple[str, object] | None:
+        """Where ``timer`` was filed from, if origin tracking noted it."""
+        origins = self._origins
+        return None if origins is None else origins.get(timer)
+
+    def now(self) -> float:
+        """The clock, as the driver reads it (0.0 before binding)."""
+        return self._read() if self._site.bound is not None else 0.0
+
+    @property
+    def closed(self) -> bool:
+        """Whether the driver is closed."""
+        return self._site.closed
+
+    @property
+    def state(self) -> str:
+        """ "unbound", "running" or "closed"."""
+        site = self._site
+        return "closed" if site.closed else "running" if site.loop is not None else "unbound"
+
+    @property
+    def debug(self) -> bool:
+        """Whether the driver runs in its loop's debug mode."""
+        return self._debug
+
+    @property
+    def thread(self) -> LoopThread:
+        """The thread the bound loop runs in (aiowheel._threads)."""
+        return self._loop_thread
+
+    def claim(self, refusal: str) -> None:
+        """This thread takes the loop over, or RuntimeError(``refusal``)."""
+        self._site.claim(refusal)
+
+    def listen(self, listener: Callable[[float, int], None] | None) -> None:
+        """Call ``listener(late, count)`` for each pass that fires timers (None: stop)."""
+        self.lag.listener = listener
+
+    # -- the loop check and the clock (Owner) ----------------------------------------------------
+
+    def on_loop(self) -> bool:
+        """Whether this thread runs the bound loop (the hot path's one check)."""
+        return self._site.on_loop()
+
+    def check_loop(self) -> asyncio.AbstractEventLoop:
+        """Bind, or RuntimeError saying what is wrong (:meth:`Binding.check_loop`)."""
+        return self._site.check_loop()
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        return self._site.running_loop()
+
+    def _loop_here(self) -> asyncio.AbstractEventLoop | None:
+        return self._site.loop_here()
+
+    def _now(self) -> float:
+        return self._read()
+
+    def _loop_time(self) -> float:
+        return self._site.loop_time()
+
+    # -- filing: every timer enters the store through _insert ------------------------------------
+
+    def _tick_for(self, when: float) -> int:
+        """The tick of deadline ``when``, rounded up; NEVER for +inf. ValueError for NaN."""
+        try:
+            return ceil((when - self._epoch) * self._inverse_tick - _TICK_EPSILON)  # see _admit
+        except OverflowError:
+            if when > 0:
+                return NEVER
+            return self._store.elapsed  # -inf: already due
+        except ValueError:
+            pass
+        # Raised outside the except clause, so that no internal error shows as its context
+        # (in both builds: the compiled one ignores `from None`).
+        raise ValueError("deadline must not be NaN")
+
+    def _admit(self, when: float) -> int:
+        """The tick of ``when``, if the store may take one more timer: ValueError for NaN,
+        PendingLimitError at ``max_pending``; raised before anything changes. Paid by every
+        timer, so _tick_for's arithmetic is inlined (its except branches cost nothing unless
+        taken)."""
+        try:
+            # Less the epsilon: float rounding must not put a deadline that is a tick's own
+            # time one tick up (0.007 s is 7.000000000000001 ms), since its own tick runs it no
+            # earlier and exactly on time. A deadline truly within the epsilon past a boundary
+            # lands a tick low: the driver finds it not yet due and files it again from its
+            # exact deadline, so it is never early.
+            tick = ceil((when - self._epoch) * self._inverse_tick - _TICK_EPSILON)
+        except (OverflowError, ValueError):
+            tick = self._tick_for(when)
+        if self._limit != NO_LIMIT and len(self._store) >= self._limit:
+            raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
+        return tick
+
+    def _insert(self, entry: _Timed, tick: int) -> None:
+        """The one place a timer enters the store: insert it, and if its bucket is now the
+        earliest, move the wake-up earlier. With origin tracking on, note where it came from."""
+        origins = self._origins
+        if origins is not None:
+            self._note_origin(entry, origins)
+        if self._store.insert(entry, tick) < self._armed:
+            self._arm()
+
+    def _file(self, entry: _Timed, when: float) -> None:
+        tick = self._admit(when)
+        entry._when = when
+        self._insert(entry, tick)
+
+    def _move(self, entry: _Timed, when: float) -> None:
+        if entry._prev is None:
+            self._file(entry, when)
+        elif when >= entry._when:
+            entry._when = when  # lazy: re-filed from `_when` when its bucket comes due
+        else:
+            tick = self._tick_for(when)
+            entry._when = when
+            if self._store.move(entry, tick) < self._armed:
+                self._arm()
+
+    def _push_back(self, entry: _Timed, when: float) -> bool:
+        # A thread check, a clock read, two comparisons and one store. (A closed driver has
+        # unlinked every entry and has no thread, so it always answers False.)
+        if (
+            entry._prev is not None
+            and when >= entry._when
+            and get_ident() == self._loop_thread.ident
+            and when > self._read()
+        ):
+            entry._when = when
+            return True
+        return False
+
+    def _push_back_by(self, entry: _Timed, delay: float) -> bool:
+        # A positive delay from now is always ahead of the clock: the clock is read once.
+        if entry._prev is not None and get_ident() == self._loop_thread.ident:
+            when = self._read() + delay
+            if when >= entry._when:
+                entry._when = when
+                return True
+        return False
+
+    def _arm_at(self, entry: _Timed, when: float, loop: asyncio.AbstractEventLoop) -> bool:
+        if loop is not self._site.loop:
+            self._site.check_loop()  # binds, or raises (another loop, closed)
+        if when <= self._read():
+            return True
+        self._file(entry, when)
+        return False
+
+    def _set_deadline(self, entry: _Timed, when: float | None) -> asyncio.AbstractEventLoop | None:
+        loop = self._site.running_loop()
+        if when is None:
+            self._unfile(entry)
+            return None
+        if when <= self._read():
+            self._unfile(entry)
+            return loop
+        self._move(entry, when)  # NaN is refused here, before anything changes
+        return None
+
+    def _unfile(self, entry: _Timed) -> bool:
+        """Take ``entry`` out of the store if it is in it; True if it was. Like asyncio's, a
+        ``cancel()`` is not thread-safe: checked in debug mode, and always on a free-threaded
+        build, where another thread's raises before anything changes."""
+        if entry._prev is not None:
+            if (self._debug or FREE_THREADED) and get_ident() != self._loop_thread.ident:
+                with self._loop_thread.lock:  # the take-over and the removal, as one
+                    self._site.claim(FOREIGN_CANCEL)
+                    return entry._prev is not None and self._store.remove(entry)
+            return self._store.remove(entry)
+        return False
+
+    def _claim_for_cancel(self) -> None:
+        """The native core's thread check of a cancel() from another thread."""
+        self._site.claim(FOREIGN_CANCEL)
+
+    def _check_cancel_of_due(self) -> None:
+        if FREE_THREADED and get_ident() != self._loop_thread.ident:
+            self._site.claim(FOREIGN_CANCEL)
+
+    def call(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[object, ...],
+        context: contextvars.Context | None,
+    ) -> Handle:
+        """File ``callback(*args)`` for ``when`` (checked by the caller: a callable, a
+        context or None; NaN is refused here)."""
+        if self._debug:
+            _debug.check_not_coroutine_function(callback)
+        if self._limit != NO_LIMIT:
+            self._admit(when)  # NaN, then the limit, against every pending timer
+        filed: Any = self._store.file_call(when, callback, args, context)
+        if filed is NotImplemented:
+            # No core, or 2**62 ticks past the epoch (beyond its grid), or a limit to count
+            # against: the wheel holds it, as the pure-Python build does.
+            return self._call_in_wheel(when, callback, args, context)
+        handle: Handle = filed
+        origins = self._origins
+        if origins is not None:
+            self._note_origin(handle, origins)
+        return handle
+
+    def _call_in_wheel(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[object, ...],
+        context: contextvars.Context | None,
+    ) -> Handle:
+        tick = self._admit(when)
+        if context is None:
+            context = _copy_context()
+            if not context:
+                context = EMPTY_CONTEXT
+        handle = TimerHandle(when, callback, args, context, self)
+        call = handle._call  # the wheel's entry (aiowheel._handles: the handle is asyncio's)
+        assert call is not None
+        self._insert(call, tick)
+        return handle
+
+    def schedule(
+        self,
+        when: float,
+        target: Coroutine[Any, Any, Any] | Callable[..., Any],
+        args: tuple[object, ...],
+    ) -> asyncio.Future[Any]:
+        """File a :class:`~aiowheel._handles.Scheduled` start of ``target`` (checked by the
+        caller) for ``when``; the future the user holds."""
+        tick = self._admit(when)
+        loop = self._site.bound
+        assert loop is not None
+        future: asyncio.Future[Any] = loop.create_future()
+        self._insert(Scheduled(when, future, target, args, _copy_context(), self), tick)
+        return future
+
+    def _sleeper_at(self, deadline: _validate.Seconds, result: object) -> Sleeper | None:
+        if not self._site.on_loop():
+            self._site.check_loop()
+        if not isinstance(deadline, float):
+            deadline = _validate.seconds("sleep_until(): deadline", deadline)
+        if deadline != deadline:
+            raise ValueError("sleep_until(): deadline must not be NaN")
+        return self._sleeper(deadline, result)
+
+    def _sleeper_after(self, delay: _validate.Seconds, result: object) -> Sleeper | None:
+        if not self._site.on_loop():
+            self._site.check_loop()
+        if not isinstance(delay, float):
+            delay = _validate.seconds("sleep(): delay", delay)
+        if delay != delay:
+            raise ValueError("sleep(): delay must not be NaN")
+        return self._sleeper(self._read() + delay, result)
+
+    def _sleeper(self, deadline: float, result: object) -> Sleeper | None:
+        """File a sleeper for ``deadline``; None if it has passed (then just yield once)."""
+        tick = self._admit(deadline)
+        if deadline <= self._read():
+            return None
+        loop = self._site.bound
+        assert loop is not None
+        entry = Sleeper(deadline, loop.create_future(), result)
+        self._insert(entry, tick)
+        return entry
+
+    # -- the wake-up and the reaper ---------------------------------------------------------------
+
+    def _arm(self) -> None:
+        """File the one wake-up at the store's earliest bucket expiration."""
+        expiration = self._store.next_expiration()
+        handle = self._wake_handle
+        if handle is not None:
+            handle.cancel()
+            self._wake_handle = None
+        if expiration is None:
+            self._set_armed(NEVER)
+            return
+        self._set_armed(expiration)
+        self._wake_tick = expiration
+        clock = self._clock
+        assert clock is not None
+        when = self._epoch + expiration * self._tick
+        self._wake_handle = clock.wake_at(when, self._drive if self._driven else self._wake)
+
+    def _set_armed(self, expiration: int) -> None:
+        """The expiration the wake-up is armed for (or _REAPER_AWAKE), told to the store: a
+        core that queues an earlier bucket calls :meth:`_arm`."""
+        self._armed = expiration
+        self._store.set_armed(expiration)
+
+    def _wake(self) -> None:
+        self._wake_handle = None
+        self._set_armed(_REAPER_AWAKE)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _reaper_waiter(self) -> asyncio.Future[None]:
+        """The future the reaper task awaits next: resolved when the earliest bucket is due."""
+        loop = self._site.bound
+        assert loop is not None
+        if self._armed == _REAPER_AWAKE or self._wake_handle is None:
+            self._arm()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter
+        return waiter
+
+    def _reap_due(self) -> None:
+        """The reaper task woke: advance to now and dispatch every due entry."""
+        self._advance()
+        if self._ready or self._native_ready is not None:
+            self._dispatch_ready(inline=False)
+
+    def _drive(self) -> None:
+        """Loop mode's reaper: the wake-up's own callback. It advances, re-arms, then runs the
+        due callbacks right here, in the loop iteration that found them due, as the loop's own
+        timer handles run, with no task and no extra loop handle in between."""
+        self._wake_handle = None
+        if self._site.closed:
+            return
+        try:
+            self._advance()
+        finally:
+            self._arm()
+        if self._ready or self._native_ready is not None:
+            self._dispatch_ready(inline=True)
+
+    def _on_reaper_done(self, reaper: asyncio.Task[None]) -> None:
+        # A done callback, not an except clause in the reaper: a task cancelled before its
+        # first step never runs any of its code.
+        if self._site.closed:
+            return
+        if reaper.cancelled():
+            # Most often asyncio.run() (or a test runner) ending its loop: it cancels every
+            # task left, this one too. Say so, and what to do about a Timer kept past it.
+            cause = (
+                "its reaper task was cancelled: its event loop ended or cancelled it; a Timer "
+                "serves one loop, so make one per loop (async with Timer(), or "
+                "aiowheel.get_timer())"
+            )
+        else:
+            exc = reaper.exception()
+            cause = f"its reaper task failed: {exc!r}"
+            reaper.get_loop().call_exception_handler(
+                {"message": f"aiowheel Timer closed: {cause}", "exception": exc, "task": reaper}
+            )
+        self.shutdown(TimerClosedError(f"timer closed: {cause}"), f" ({cause})")
+
+    # -- dispatch ---------------------------------------------------------------------------------
+
+    def _queue(self, entry: _Timed) -> None:
+        self._ready.append(entry)
+        self._ready_when.append(entry._when)
+
+    def _create_task(
+        self, coro: Coroutine[Any, Any, Any], context: contextvars.Context
+    ) -> asyncio.Task[Any]:
+        loop = self._site.bound
+        assert loop is not None
+        return loop.create_task(coro, context=context)
+
+    def _dispatch_ready(self, inline: bool) -> None:
+        """Hand this pass's due callbacks to the loop: one batch (one loop callback, or run
+        inline by loop mode's reaper), in deadline order. In debug mode each gets a loop
+        callback of its own, so asyncio's debug machinery (the slow-callback report, the
+        current handle) sees and names each one. More than ``max_batch``, or any while earlier
+        ones still wait, go through the backlog (aiowheel._dispatch.Backlog)."""
+        batch: list[Any] = self._ready
+        whens = self._ready_when
+        native_batch = self._native_ready
+        self._ready = []
+        self._ready_when = []
+        self._native_ready = None
+        native = not batch
+        if native_batch is not None:
+            if batch:
+                whens_of_native = [when_of(handle) for handle in native_batch]
+                batch, whens = merge(batch, whens, native_batch, whens_of_native)
+            else:
+                batch = native_batch
+        loop = self._site.bound
+        assert loop is not None
+        backlog = self._backlog
+        if len(batch) > backlog.max_batch or backlog.waiting():
+            if native and native_batch is not None:
+                whens = [when_of(handle) for handle in native_batch]
+            backlog.add(batch, whens, native)
+            if self._debug:
+                backlog.to_loop(loop)
+            else:
+                backlog.schedule(loop, inline)
+        elif self._debug:
+            for due in batch:
+                loop.call_soon(_debug.DueCallback(due))
+        elif native:
+            if inline:
+                self._store.run(batch)
+            else:
+                loop.call_soon(self._store.run, batch)
+        elif inline:
+            run_batch(batch)
+        else:
+            loop.call_soon(run_batch, batch)
+
+    def _advance(self) -> None:
+        """Advance to now: fire every due entry (callbacks queue in ``_ready``), take the
+        core's due handles, and record the lateness and the loop's lag."""
+        loop = self._site.bound
+        assert loop is not None
+        store = self._store
+        self._waiter = None
+        self._set_armed(_REAPER_AWAKE)
+        self._wakeups += 1
+        debug = loop.get_debug()
+        if debug != self._debug:
+            self._debug = debug
+            self._sync()
+        now = self._read()
+        now_tick = self._now_tick(now)
+        if now_tick < store.elapsed:
+            return  # woken early, before the last tick processed ended
+        due = store.advance(now_tick)
+        if len(due) > 1:
+            _dispatch.in_deadline_order(due)
+        fired = 0
+        first_tick = 0
+        lateness = self._max_lateness
+        for entry in due:
+            assert isinstance(entry, _Timed)
+            when = entry._when
+            if when > now:
+                # Not due after all: its deadline was pushed back without touching the wheel
+                # (_push_back: the lazy re-file), or float rounding put it a hair early.
+                tick = self._tick_for(when)
+                store.insert(entry, tick if tick > now_tick else now_tick + 1)
+                continue
+            if not fired:
+                first_tick = entry._tick
+            fired += 1
+            if now - when > lateness:
+                lateness = self._late(now, when, lateness)
+            try:
+                entry._fire(self)
+            except Exception as exc:  # a bug must cost one timer, not the reaper
+                loop.call_exception_handler(
+                    {"message": f"aiowheel: error firing {entry!r}", "exception": exc}
+                )
+        native_batch, native_fired, native_first, lateness = store.take_handles(
+            now_tick, now, self._pass_floor, lateness
+        )
+        if native_fired:
+            if not fired or native_first < first_tick:
+                first_tick = native_first
+            fired += native_fired
+            self._native_ready = native_batch
+        self._fired += fired
+        self._max_lateness = lateness
+        if fired:
+            # The loop's lag: how long after the earliest fired timer's tick began (or, for a
+            # deadline filed already past, after the wheel could first see it) this pass ran.
+            could_run = self._epoch + first_tick * self._tick
+            floor_ = self._pass_floor
+            self.lag.record(now - (could_run if could_run > floor_ else floor_), fired)
+        self._pass_floor = self._epoch + now_tick * self._tick
+
+    def _now_tick(self, now: float) -> int:
+        """The last tick the clock reading ``now`` has reached."""
+        # The epsilon absorbs float error at tick boundaries (10.9999999 ticks on a clock that
+        # says tick 11 has begun); without it a clock that moves in whole milliseconds
+        # (uvloop's) would spin for a millisecond. Entries are still checked exactly.
+        now_tick = floor((now - self._epoch) * self._inverse_tick + _TICK_EPSILON)
+        wake_tick = self._wake_tick
+        if now_tick < wake_tick < NEVER and self._epoch + wake_tick * self._tick <= now:
+            # The clock has reached the wake-up's own time, computed as _arm filed it: its
+            # bucket is due, whatever the division says. Far from the epoch the two disagree
+            # (a virtual clock at 1e9: 0.448 s past it reads as 447.99995 ticks, below the
+            # bucket's 448, and the wake-up was filed again at the same time forever).
+            now_tick = wake_tick
+        return now_tick
+
+    def _late(self, now: float, when: float, lateness: float) -> float:
+        """The max lateness with a timer of deadline ``when`` run at ``now``: a deadline
+        already past when it was filed is late only from when the wheel could first run it,
+        the start of the tick the previous pass had not reached."""
+        floor_ = self._pass_floor
+        late = now - when if when >= floor_ else now - floor_
+        return late if late > lateness else lateness
+
+    # -- closing ----------------------------------------------------------------------------------
+
+    def shutdown(self, exc: BaseException | None, cause: str | None) -> list[Handle]:
+        """Close: cancel the wake-up and the reaper, let go of the loop, and abandon every
+        pending entry (failing it with ``exc``, or cancelling it); the unfired handles."""
+        site = self._site
+        if site.closed:
+            return []
+        site.close(cause)
+        self._origins = None
+        if self._wake_handle is not None:
+            self._wake_handle.cancel()
+            self._wake_handle = None
+        reaper = self._reaper
+        if reaper is not None and reaper is not asyncio.current_task():
+            reaper.cancel()
+        # Let go of the loop: a closed timer kept in get_timer()'s weak registry must not keep
+        # its loop alive (the value would pin its own weak key).
+        self._reaper = None
+        self._waiter = None
+        self._clock = None
+        self._read = time.monotonic
+        unfired: list[Handle] = []
+        for handle in self._store.close():  # out of the fast lane, drained
+            handle._abandon(exc)
+            unfired.append(handle)
+        entries = self._store.drain()
+        self._cancelled_on_close += len(unfired) + len(entries)
+        for entry in entries:
+            assert isinstance(entry, _Timed)
+            entry._abandon(exc)
+            if isinstance(entry, _Call):
+                unfired.append(entry._handle)
+        return unfired
+
+    def refuse_closing_a_loops_own(self) -> None:
+        """RuntimeError if this is a loop-mode loop's own driver and its loop is open: it holds
+        the loop's own timers (``asyncio.sleep``'s among them), which closing would lose."""
+        if self._driven and not self._site.closed:
+            raise RuntimeError(
+                "this Timer is its event loop's own (loop mode: every call_at / call_later of "
+                "the loop, asyncio.sleep's too, is on it): it closes with the loop "
+                "(loop.close()); close a Timer of your own instead"
+            )
+
+    def close_for_waiting(self) -> tuple[list[Handle], asyncio.Task[None] | None]:
+        """Close (as ``Timer.close``) and return the unfired handles with the reaper task
+        that ``aclose`` then waits for (None: no task, or it is the caller)."""
+        self.refuse_closing_a_loops_own()
+        reaper = self._reaper
+        unfired = self.shutdown(None, None)
+        if reaper is asyncio.current_task():
+            reaper = None
+        return unfired, reaper
+
+    def close_with_loop(self, cause: str) -> None:
+        """Loop mode's ``loop.close()``: :meth:`shutdown`, never during a take-over."""
+        with self._loop_thread.lock:
+            self.shutdown(None, cause)
+
+    def run_here(self) -> None:
+        """Loop mode's ``run_forever`` is about to run the loop in this thread."""
+        self._loop_thread.run_here(self._site.closed)
+
+    def run_ended(self) -> None:
+        """Loop mode's ``run_forever`` returned."""
+        self._loop_thread.run_ended()
+
+
+def _pending(entry: Any) -> bool:
+    return bool(entry.pending())
+
+
+def _view_tracks(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether origin tracking is on for ``loop`` (aiowheel.track_origins)."""
+    return loop in tracked_loops
+
+
+# Loops whose drivers note where each timer is filed from (aiowheel.track_origins; kept by
+# aiowheel._view, here because a driver bound later reads it).
+tracked_loops: Final[weakref.WeakSet[asyncio.AbstractEventLoop]] = weakref.WeakSet()

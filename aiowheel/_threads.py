@@ -1,0 +1,141 @@
+"""Which thread a wheel belongs to: the thread checks, the take-over, and forks.
+
+Why a room of its own. asyncio's model is one loop per thread, and a wheel is touched only by
+the thread running its loop. Everything else about threads is here: which thread that is
+(a loop made in one thread may run in another, and set-up before ``run_forever`` is allowed
+from any thread), what a call from another thread gets (RuntimeError before anything changes,
+where it is checked), and the lock that keeps a loop about to run from being taken over
+meanwhile. The driver (:mod:`aiowheel._driver`) asks :class:`LoopThread` for these answers and
+keeps no thread state of its own.
+
+When calls are checked. With the GIL, one thread's wheel operation is atomic to another's: a
+handle's ``cancel()`` from a foreign thread is checked in debug mode only, as asyncio checks
+its own. A free-threaded build (3.14t) has no such guarantee, so the calls another thread can
+make by mistake (a handle's ``cancel()``, loop mode's ``call_at`` / ``call_later``) are checked
+always there (``FREE_THREADED`` is a C static in the compiled build: a GIL build pays one test
+of a constant).
+
+Forks. On 3.11 asking asyncio for the running loop makes a ``getpid()`` system call, as much as
+the rest of a ``call_later``; there the loop check asks an asyncio loop for its ``_thread_id``
+instead (:mod:`aiowheel._binding`). A forked child has a copy of that loop that still says it
+runs in this (copied) thread, so loops bound before a fork go back to asyncio's answer in the
+child: :data:`FORKS` counts the forks this process is a child of.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable
+from typing import Final
+
+from ._build import mypyc_attr
+
+__all__ = [
+    "FOREIGN_CANCEL",
+    "FOREIGN_THREAD",
+    "FORKS",
+    "FREE_THREADED",
+    "GETPID_IN_RUNNING_LOOP",
+    "LoopThread",
+    "get_ident",
+]
+
+GETPID_IN_RUNNING_LOOP: Final = sys.version_info < (3, 12)
+"""Whether asyncio's running-loop lookup checks the process id (a system call): 3.11."""
+
+get_ident: Final = threading.get_ident
+_get_running_loop: Final = asyncio._get_running_loop
+
+FREE_THREADED: Final = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+"""A free-threaded build: foreign-thread calls are checked always, not in debug mode only."""
+
+FOREIGN_THREAD: Final = (
+    "Non-thread-safe operation invoked on an event loop other than the current one: "
+    "a loop-mode loop's call_at / call_later must be called from the thread running it; "
+    "from another thread use loop.call_soon_threadsafe()"
+)
+"""What a loop-mode ``call_at`` / ``call_later`` from another thread raises: asyncio's
+debug-mode words, then what to do instead."""
+
+FOREIGN_CANCEL: Final = (
+    "a timer must be cancelled from the thread running its event loop; from another thread "
+    "use loop.call_soon_threadsafe(handle.cancel)"
+)
+"""What a ``cancel()`` from another thread raises where it is checked."""
+
+
+class _Forks:
+    """How many times this process is a forked child."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+# A Final instance, not a module global: the compiled build reads it from a C static.
+FORKS: Final = _Forks()
+
+
+def _after_fork_in_child() -> None:
+    FORKS.count += 1
+
+
+if GETPID_IN_RUNNING_LOOP and hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@mypyc_attr(allow_interpreted_subclasses=False)
+class LoopThread:
+    """The thread a wheel's loop runs in, and the rules for changing it.
+
+    ``ident`` is that thread's id (-1: none, before binding and after closing); the hot paths
+    compare it with ``get_ident()``, which is ~5x cheaper on 3.11 than asking asyncio for the
+    running loop. ``lock`` is held by every change of it together with the call that made it,
+    and by a loop-mode loop's ``close()``. ``changed`` is called after every change (the
+    native core keeps its own copy of the id).
+    """
+
+    __slots__ = ("_changed", "_in_run", "ident", "lock")
+
+    def __init__(self, changed: Callable[[], None]) -> None:
+        self.ident = -1
+        self.lock: Final = threading.RLock()
+        self._in_run = False
+        self._changed: Final = changed
+
+    def set(self, ident: int) -> None:
+        """The loop runs (or will run) in thread ``ident`` now; -1 for none."""
+        if ident != self.ident:
+            self.ident = ident
+            self._changed()
+
+    def claim(self, refusal: str, loop: asyncio.AbstractEventLoop | None) -> None:
+        """The calling thread is not the one last seen running ``loop`` (None: not bound, or
+        closed). It becomes the loop's thread if it runs the loop now or if the loop is not
+        running at all and no ``run_forever`` is about to start it; otherwise
+        RuntimeError(``refusal``), before anything changes. Held under :attr:`lock`, so a
+        loop about to run, or running, is never taken over."""
+        with self.lock:
+            if loop is None:
+                return
+            if _get_running_loop() is not loop and (self._in_run or loop.is_running()):
+                raise RuntimeError(refusal)
+            self.set(get_ident())
+
+    def run_here(self, closed: bool) -> None:
+        """This thread is about to run the loop (loop mode's ``run_forever``): it answers the
+        thread checks from now on, and no other thread can take the loop over until
+        :meth:`run_ended`."""
+        with self.lock:
+            if not closed:
+                self.set(get_ident())
+                self._in_run = True
+
+    def run_ended(self) -> None:
+        """``run_forever`` returned: a thread may take the loop over again."""
+        self._in_run = False
