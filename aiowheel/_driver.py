@@ -656,7 +656,7 @@ class Driver(Owner):
         self._ready = []
         self._ready_when = []
         self._native_ready = None
-        native = not batch
+        handles_only = not batch
         if native_batch is not None:
             if batch:
                 whens_of_native = [when_of(handle) for handle in native_batch]
@@ -667,9 +667,9 @@ class Driver(Owner):
         assert loop is not None
         backlog = self._backlog
         if len(batch) > backlog.max_batch or backlog.waiting():
-            if native and native_batch is not None:
+            if handles_only and native_batch is not None:
                 whens = [when_of(handle) for handle in native_batch]
-            backlog.add(batch, whens, native)
+            backlog.add(batch, whens, handles_only)
             if self._debug:
                 backlog.to_loop(loop)
             else:
@@ -677,7 +677,7 @@ class Driver(Owner):
         elif self._debug:
             for due in batch:
                 loop.call_soon(_debug.DueCallback(due))
-        elif native:
+        elif handles_only:
             if inline:
                 self._store.run(batch)
             else:

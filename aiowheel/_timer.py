@@ -32,6 +32,10 @@ __all__ = ["PendingLimitError", "Timer", "TimerClosedError", "TimerStats"]
 
 _T = TypeVar("_T")
 
+# C statics in the compiled build (a builtin named in a function is a dict lookup per call).
+_callable: Final = callable
+Context: Final = contextvars.Context
+
 
 @dataclass(frozen=True, slots=True)
 class TimerStats:
@@ -191,7 +195,8 @@ class Timer:
             when = seconds("call_at(): deadline", when)
         if when != when:
             raise ValueError("call_at(): deadline must not be NaN")
-        _validate.call(callback, context, "call_at()")
+        if not _callable(callback) or (context is not None and type(context) is not Context):
+            _validate.call(callback, context, "call_at()")  # raises, naming the argument
         if driver.debug:
             _debug.check_not_coroutine_function(callback, "call_at()")
         return driver.call(when, callback, args, context)
@@ -211,7 +216,8 @@ class Timer:
             delay = seconds("call_later(): delay", delay)
         if delay != delay:  # a NaN of another type (Decimal, NumPy) too, now a float
             raise ValueError("call_later(): delay must not be NaN")
-        _validate.call(callback, context, "call_later()")
+        if not _callable(callback) or (context is not None and type(context) is not Context):
+            _validate.call(callback, context, "call_later()")  # raises, naming the argument
         if driver.debug:
             _debug.check_not_coroutine_function(callback, "call_later()")
         return driver.call(driver._now() + delay, callback, args, context)

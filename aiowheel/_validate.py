@@ -257,7 +257,7 @@ def call(callback: object, context: object, where: str) -> None:
     ``contextvars.Context`` or None; TypeError otherwise (``where`` names the function)."""
     if not _callable(callback):
         raise TypeError(f"{where}: callback must be callable, got {type(callback).__name__}")
-    if context is not None and not isinstance(context, contextvars.Context):
+    if context is not None and type(context) is not contextvars.Context:
         raise TypeError(
             f"{where}: context must be a contextvars.Context or None, got {type(context).__name__}"
         )
