@@ -43,6 +43,7 @@ COMPILED_MODULES = (
     "_threads",
     "_binding",
     "_store",
+    "_reaper",
     "_dispatch",
     "_driver",
     "_view",

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any, Final, NamedTuple
 
-from ._driver import Driver
 from ._observe import asyncio_timeout_task, classify, lag_bounds, origin_key
+from ._reaper import Reaper
 from ._view import track_loop, views_of
 
 __all__ = [
@@ -163,7 +163,7 @@ def _base_heap(loop: asyncio.AbstractEventLoop) -> list[tuple[object, float, Any
         if not isinstance(handle, asyncio.TimerHandle) or handle.cancelled():
             continue
         callback = getattr(handle, "_callback", None)
-        if isinstance(getattr(callback, "__self__", None), Driver):
+        if isinstance(getattr(callback, "__self__", None), Reaper):
             continue  # a wheel's wake-up
         traceback = getattr(handle, "_source_traceback", None)
         args = getattr(handle, "_args", None)

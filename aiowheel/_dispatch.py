@@ -28,7 +28,15 @@ from . import _debug
 from ._entry import _Timed
 from ._wheel import Entry
 
-__all__ = ["DEFAULT_MAX_BATCH", "FAIR_FLOOR", "Backlog", "in_deadline_order", "merge", "run_batch"]
+__all__ = [
+    "DEFAULT_MAX_BATCH",
+    "FAIR_FLOOR",
+    "Backlog",
+    "Dispatch",
+    "in_deadline_order",
+    "merge",
+    "run_batch",
+]
 
 DEFAULT_MAX_BATCH: Final[int | None] = None
 """The most due callbacks a wheel runs per loop iteration by default (``max_batch``): no bound,
@@ -227,3 +235,74 @@ class Backlog:
         self._whens = []
         self._at = 0
         self._native = True
+
+
+class Dispatch:
+    """One pass's due callbacks, handed to the loop when the pass ends.
+
+    The driver's entries queue themselves as they fire (:meth:`queue`, from the ``Owner``
+    API); the native core's due handles come as one list (:meth:`take_handles`).
+    :meth:`dispatch` hands them to the loop: one batch in deadline order (one loop callback,
+    or run inline by loop mode's reaper); in debug mode each its own loop callback, so asyncio's
+    debug machinery (the slow-callback report, the current handle) sees and names each one;
+    more than ``max_batch``, or any while earlier ones still wait, through the :class:`Backlog`.
+    ``run_handles`` runs a batch of the core's handles alone (in C).
+    """
+
+    __slots__ = ("_backlog", "_handles", "_ready", "_ready_when", "_run_handles")
+
+    def __init__(self, max_batch: int, run_handles: Callable[[list[Any]], None]) -> None:
+        self._run_handles: Final = run_handles
+        self._backlog: Final = Backlog(max_batch, run_handles)
+        # The deadline each entry came due at: a heartbeat re-files itself before the batch
+        # runs, and the merge must order it by the deadline it fired for.
+        self._ready: list[_Timed] = []
+        self._ready_when: list[float] = []
+        self._handles: Any = None
+
+    def queue(self, entry: _Timed) -> None:
+        """Run ``entry._run()`` in this pass's batch."""
+        self._ready.append(entry)
+        self._ready_when.append(entry._when)
+
+    def take_handles(self, handles: list[Any]) -> None:
+        """The native core's due handles of this pass, in deadline order."""
+        self._handles = handles
+
+    def dispatch(self, loop: asyncio.AbstractEventLoop, inline: bool, debug: bool) -> None:
+        """Hand this pass's due callbacks, if any, to ``loop`` (see the class docstring)."""
+        batch: list[Any] = self._ready
+        handles = self._handles
+        if not batch and handles is None:
+            return
+        whens = self._ready_when
+        self._ready = []
+        self._ready_when = []
+        self._handles = None
+        handles_only = not batch
+        if handles is not None:
+            if handles_only:
+                batch = handles
+            else:
+                batch, whens = merge(batch, whens, handles, [when_of(item) for item in handles])
+        backlog = self._backlog
+        if len(batch) > backlog.max_batch or backlog.waiting():
+            if handles_only:
+                whens = [when_of(item) for item in batch]
+            backlog.add(batch, whens, handles_only)
+            if debug:
+                backlog.to_loop(loop)
+            else:
+                backlog.schedule(loop, inline)
+        elif debug:
+            for due in batch:
+                loop.call_soon(_debug.DueCallback(due))
+        elif handles_only:
+            if inline:
+                self._run_handles(batch)
+            else:
+                loop.call_soon(self._run_handles, batch)
+        elif inline:
+            run_batch(batch)
+        else:
+            loop.call_soon(run_batch, batch)

@@ -27,21 +27,18 @@ reached it (asyncio and uvloop may run a loop timer a little early; this guard i
 ends). The same check makes pushing a deadline later free (:meth:`_push_back`): only ``when``
 is rewritten, and the entry is re-filed when its old bucket comes due.
 
-Delay queue and reaper (Kafka's DelayQueue + ExpiredOperationReaper, on the loop instead of a
-thread). The wheel keeps one heap item per non-empty bucket; one wake-up handle, filed by the
-clock at the earliest expiration, wakes the reaper: a task that awaits a future the wake-up
-resolves (:meth:`_reaper_waiter`, then :meth:`_reap_due`), or, for a loop-mode loop's own
-driver, the wake-up's callback itself (:meth:`_drive`: no task; see :mod:`aiowheel._loop`).
-While nothing is due nothing wakes: no periodic ticks.
+The wake-up. The store keeps one heap item per non-empty bucket (the delay queue); the one
+wake-up filed at the earliest of them, and the reaper it wakes (a task, or for a loop-mode
+loop's own driver the wake-up's callback itself) are :mod:`aiowheel._reaper`'s. A filing that
+queues a bucket earlier than the armed one re-arms (:meth:`_arm`); the reaper runs the pass,
+:meth:`_advance` then :meth:`_dispatch_ready`. If the reaper task dies or is cancelled from
+outside, the driver closes (:meth:`shutdown`): pending sleepers and scheduled futures fail with
+:class:`TimerClosedError` naming the cause, pending callbacks are marked cancelled, and any
+later use raises RuntimeError. It never hangs silently.
 
 Compiled build. Compiled with mypyc; its coroutines are not (:mod:`aiowheel._awaiting`): the
-reaper task is a plain-Python loop that calls the compiled :meth:`_reap_due`, so the per-timer
-work stays in C and nothing compiled suspends.
-
-Failure. If the reaper task is cancelled from outside (``asyncio.run`` does this at exit) or
-dies of a bug, the driver closes (:meth:`_on_reaper_done`, :meth:`_shutdown`): pending sleepers
-and scheduled futures fail with :class:`TimerClosedError` naming the cause, pending callbacks
-are marked cancelled, and any later use raises RuntimeError. It never hangs silently.
+reaper task is a plain-Python loop that calls the compiled pass, so the per-timer work stays in
+C and nothing compiled suspends.
 """
 
 from __future__ import annotations
@@ -55,14 +52,15 @@ from collections.abc import Callable, Coroutine
 from math import ceil, floor
 from typing import Any, Final
 
-from . import _awaiting, _debug, _dispatch, _validate
+from . import _debug, _dispatch, _validate
 from ._binding import Binding
-from ._clock import Clock, WakeHandle, clock_for
-from ._dispatch import Backlog, merge, run_batch, when_of
+from ._clock import Clock, clock_for
+from ._dispatch import Dispatch
 from ._entry import Owner, Sleeper, _Timed
-from ._errors import PendingLimitError, TimerClosedError
+from ._errors import PendingLimitError
 from ._handles import EMPTY_CONTEXT, Handle, Scheduled, TimerHandle, _Call
 from ._observe import LagHistogram
+from ._reaper import Reaper
 from ._store import store_for
 from ._threads import FOREIGN_CANCEL, FREE_THREADED, LoopThread, get_ident
 from ._wheel import NEVER
@@ -72,11 +70,6 @@ __all__ = ["NO_LIMIT", "Driver"]
 # Module constants, so that the compiled build reads them from a C static: a builtin or module
 # attribute named in a function is looked up in a dict on every call.
 _copy_context: Final = contextvars.copy_context
-
-# While the reaper is about to run or is running, inserts need not re-arm: it re-reads the
-# earliest expiration before it sleeps again. No expiration is below this (they are never below
-# the wheel's start, 0), and it is a tagged int in the compiled build.
-_REAPER_AWAKE: Final = -(1 << 62)
 
 # A clock reading within this fraction of a tick below a boundary counts as having reached it
 # (the reaper), and a deadline within it above one is filed in that boundary's tick (_admit).
@@ -90,31 +83,22 @@ class Driver(Owner):
     """The wheel on one event loop: filing, the wake-up, the reaper and dispatch."""
 
     __slots__ = (
-        "_armed",
-        "_backlog",
         "_cancelled_on_close",
-        "_clock",
         "_debug",
-        "_driven",
+        "_due",
         "_epoch",
         "_fired",
         "_inverse_tick",
         "_limit",
         "_loop_thread",
         "_max_lateness",
-        "_native_ready",
         "_origins",
         "_pass_floor",
         "_read",
-        "_ready",
-        "_ready_when",
         "_reaper",
         "_site",
         "_store",
         "_tick",
-        "_waiter",
-        "_wake_handle",
-        "_wake_tick",
         "_wakeups",
         "lag",
     )
@@ -125,19 +109,22 @@ class Driver(Owner):
         self._tick: Final = tick
         self._inverse_tick: Final = 1.0 / tick
         self._limit: Final = limit
-        self._backlog: Final = Backlog(max_batch, self._store.run)
+        self._due: Final = Dispatch(max_batch, self._store.run)
         self._site: Final = Binding(self, self._bind, self._sync)
         self._loop_thread: Final = self._site.thread
         self._epoch = 0.0
         self._debug = False
-        self._driven = False  # the loop-mode loop's own: the wake-up's callback is the reaper
-        self._reaper: asyncio.Task[None] | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._wake_handle: WakeHandle | None = None
-        self._armed = NEVER
-        self._wake_tick = NEVER  # the expiration the last wake-up was filed for
-        # The clock, and its reading function (called on every filing: a builtin where it can).
-        self._clock: Clock | None = None
+        # The one wake-up and what it wakes (aiowheel._reaper): filings read its `armed`.
+        self._reaper: Final = Reaper(
+            self._store,
+            tick,
+            self._advance,
+            self._dispatch_ready,
+            self._arm,
+            self._is_closed,
+            self.shutdown,
+        )
+        # The clock's reading function (called on every filing: a builtin where it can).
         self._read: Callable[[], float] = time.monotonic
         self._fired = 0
         self._cancelled_on_close = 0
@@ -152,41 +139,26 @@ class Driver(Owner):
         # The start of the first tick the last pass left unprocessed: a timer due before it
         # was filed later, already due (its lateness counts from there).
         self._pass_floor = 0.0
-        # This pass's due entries, and the deadline each came due at (a heartbeat re-files
-        # itself before the batch runs, and the merge orders it by the deadline it fired for);
-        # the core's due handles.
-        self._ready: list[_Timed] = []
-        self._ready_when: list[float] = []
-        self._native_ready: Any = None
 
     # -- binding (aiowheel._binding asks; the driver sets up its clock, store and reaper) --------
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Bound lazily, at first use, to the running ``loop``: start the reaper task (see
-        aiowheel._awaiting.reap), in an empty context (nothing of whoever started the timer
-        leaks in)."""
-        self._start(loop, clock_for(loop))
-        reaper = loop.create_task(
-            _awaiting.reap(self._reaper_waiter, self._reap_due), context=contextvars.Context()
-        )
-        # A loop closed with timers pending must not print "Task was destroyed but it is
-        # pending!" for the reaper: asyncio drops its own pending TimerHandles silently too.
-        reaper._log_destroy_pending = False  # type: ignore[attr-defined]
-        reaper.add_done_callback(self._on_reaper_done)
-        self._reaper = reaper
+        """Bound lazily, at first use, to the running ``loop``, with a reaper task."""
+        clock = clock_for(loop)
+        self._start(loop, clock)
+        self._reaper.start_task(loop, clock)
         self._site.open(loop)
 
     def drive_loop(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
         """Become ``loop``'s own driver, before the loop runs (aiowheel._loop): no reaper
-        task; the wake-up is filed by ``clock`` and its callback is :meth:`_drive`."""
-        self._driven = True
+        task; the wake-up is filed by ``clock`` and its callback is the pass."""
+        self._reaper.drive(clock)
         self._start(loop, clock)
         self._site.open(loop)
 
     def _start(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
         """Take ``loop`` (the binding), its clock and its debug flag; make the store's core."""
         self._site.adopt(loop)
-        self._clock = clock
         self._read = read = clock.time
         self._epoch = self._pass_floor = read()
         self.lag.since = self._epoch
@@ -201,7 +173,7 @@ class Driver(Owner):
         virtual clock). As on asyncio's heap, where a replaced ``loop.time`` decides what is
         due: the wheel keeps the tick it has reached, now on the new clock (the epoch moves),
         and every pending timer is filed again by its deadline on that clock."""
-        self._clock = clock
+        self._reaper.use_clock(clock)
         self._read = read = clock.time
         if self._site.bound is None or self._site.closed:
             return
@@ -215,7 +187,7 @@ class Driver(Owner):
             assert isinstance(entry, _Timed)
             store.insert(entry, self._tick_for(entry._when))
         store.set_clock(read, self._epoch)
-        if self._armed != _REAPER_AWAKE:  # else the pass under way re-arms when it ends
+        if not self._reaper.running:  # else the pass under way re-arms when it ends
             self._arm()
 
     def front(self, threshold: float, near_pad: float, *calls: Any) -> Any:
@@ -382,7 +354,7 @@ class Driver(Owner):
         origins = self._origins
         if origins is not None:
             self._note_origin(entry, origins)
-        if self._store.insert(entry, tick) < self._armed:
+        if self._store.insert(entry, tick) < self._reaper.armed:
             self._arm()
 
     def _file(self, entry: _Timed, when: float) -> None:
@@ -398,7 +370,7 @@ class Driver(Owner):
         else:
             tick = self._tick_for(when)
             entry._when = when
-            if self._store.move(entry, tick) < self._armed:
+            if self._store.move(entry, tick) < self._reaper.armed:
                 self._arm()
 
     def _push_back(self, entry: _Timed, when: float) -> bool:
@@ -548,94 +520,20 @@ class Driver(Owner):
         self._insert(entry, tick)
         return entry
 
-    # -- the wake-up and the reaper ---------------------------------------------------------------
+    # -- the wake-up (aiowheel._reaper) and the pass it runs ---------------------------------------
 
     def _arm(self) -> None:
-        """File the one wake-up at the store's earliest bucket expiration."""
-        expiration = self._store.next_expiration()
-        handle = self._wake_handle
-        if handle is not None:
-            handle.cancel()
-            self._wake_handle = None
-        if expiration is None:
-            self._set_armed(NEVER)
-            return
-        self._set_armed(expiration)
-        self._wake_tick = expiration
-        clock = self._clock
-        assert clock is not None
-        when = self._epoch + expiration * self._tick
-        self._wake_handle = clock.wake_at(when, self._drive if self._driven else self._wake)
+        """File the one wake-up at the store's earliest bucket expiration (also the native
+        core's call when it queues a bucket earlier than the armed wake-up)."""
+        self._reaper.arm(self._epoch)
 
-    def _set_armed(self, expiration: int) -> None:
-        """The expiration the wake-up is armed for (or _REAPER_AWAKE), told to the store: a
-        core that queues an earlier bucket calls :meth:`_arm`."""
-        self._armed = expiration
-        self._store.set_armed(expiration)
-
-    def _wake(self) -> None:
-        self._wake_handle = None
-        self._set_armed(_REAPER_AWAKE)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _reaper_waiter(self) -> asyncio.Future[None]:
-        """The future the reaper task awaits next: resolved when the earliest bucket is due."""
-        loop = self._site.bound
-        assert loop is not None
-        if self._armed == _REAPER_AWAKE or self._wake_handle is None:
-            self._arm()
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiter = waiter
-        return waiter
-
-    def _reap_due(self) -> None:
-        """The reaper task woke: advance to now and dispatch every due entry."""
-        self._advance()
-        if self._ready or self._native_ready is not None:
-            self._dispatch_ready(inline=False)
-
-    def _drive(self) -> None:
-        """Loop mode's reaper: the wake-up's own callback. It advances, re-arms, then runs the
-        due callbacks right here, in the loop iteration that found them due, as the loop's own
-        timer handles run, with no task and no extra loop handle in between."""
-        self._wake_handle = None
-        if self._site.closed:
-            return
-        try:
-            self._advance()
-        finally:
-            self._arm()
-        if self._ready or self._native_ready is not None:
-            self._dispatch_ready(inline=True)
-
-    def _on_reaper_done(self, reaper: asyncio.Task[None]) -> None:
-        # A done callback, not an except clause in the reaper: a task cancelled before its
-        # first step never runs any of its code.
-        if self._site.closed:
-            return
-        if reaper.cancelled():
-            # Most often asyncio.run() (or a test runner) ending its loop: it cancels every
-            # task left, this one too. Say so, and what to do about a Timer kept past it.
-            cause = (
-                "its reaper task was cancelled: its event loop ended or cancelled it; a Timer "
-                "serves one loop, so make one per loop (async with Timer(), or "
-                "aiowheel.get_timer())"
-            )
-        else:
-            exc = reaper.exception()
-            cause = f"its reaper task failed: {exc!r}"
-            reaper.get_loop().call_exception_handler(
-                {"message": f"aiowheel Timer closed: {cause}", "exception": exc, "task": reaper}
-            )
-        self.shutdown(TimerClosedError(f"timer closed: {cause}"), f" ({cause})")
+    def _is_closed(self) -> bool:
+        return self._site.closed
 
     # -- dispatch ---------------------------------------------------------------------------------
 
     def _queue(self, entry: _Timed) -> None:
-        self._ready.append(entry)
-        self._ready_when.append(entry._when)
+        self._due.queue(entry)
 
     def _create_task(
         self, coro: Coroutine[Any, Any, Any], context: contextvars.Context
@@ -645,56 +543,19 @@ class Driver(Owner):
         return loop.create_task(coro, context=context)
 
     def _dispatch_ready(self, inline: bool) -> None:
-        """Hand this pass's due callbacks to the loop: one batch (one loop callback, or run
-        inline by loop mode's reaper), in deadline order. In debug mode each gets a loop
-        callback of its own, so asyncio's debug machinery (the slow-callback report, the
-        current handle) sees and names each one. More than ``max_batch``, or any while earlier
-        ones still wait, go through the backlog (aiowheel._dispatch.Backlog)."""
-        batch: list[Any] = self._ready
-        whens = self._ready_when
-        native_batch = self._native_ready
-        self._ready = []
-        self._ready_when = []
-        self._native_ready = None
-        handles_only = not batch
-        if native_batch is not None:
-            if batch:
-                whens_of_native = [when_of(handle) for handle in native_batch]
-                batch, whens = merge(batch, whens, native_batch, whens_of_native)
-            else:
-                batch = native_batch
+        """Hand this pass's due callbacks to the loop (aiowheel._dispatch)."""
         loop = self._site.bound
-        assert loop is not None
-        backlog = self._backlog
-        if len(batch) > backlog.max_batch or backlog.waiting():
-            if handles_only and native_batch is not None:
-                whens = [when_of(handle) for handle in native_batch]
-            backlog.add(batch, whens, handles_only)
-            if self._debug:
-                backlog.to_loop(loop)
-            else:
-                backlog.schedule(loop, inline)
-        elif self._debug:
-            for due in batch:
-                loop.call_soon(_debug.DueCallback(due))
-        elif handles_only:
-            if inline:
-                self._store.run(batch)
-            else:
-                loop.call_soon(self._store.run, batch)
-        elif inline:
-            run_batch(batch)
-        else:
-            loop.call_soon(run_batch, batch)
+        if loop is None:  # closed during the pass: what came due still runs
+            loop = asyncio.get_running_loop()
+        self._due.dispatch(loop, inline, self._debug)
 
     def _advance(self) -> None:
-        """Advance to now: fire every due entry (callbacks queue in ``_ready``), take the
+        """Advance to now: fire every due entry (callbacks queue in the dispatch), take the
         core's due handles, and record the lateness and the loop's lag."""
         loop = self._site.bound
         assert loop is not None
         store = self._store
-        self._waiter = None
-        self._set_armed(_REAPER_AWAKE)
+        self._reaper.awake()
         self._wakeups += 1
         debug = loop.get_debug()
         if debug != self._debug:
@@ -737,7 +598,7 @@ class Driver(Owner):
             if not fired or native_first < first_tick:
                 first_tick = native_first
             fired += native_fired
-            self._native_ready = native_batch
+            self._due.take_handles(native_batch)
         self._fired += fired
         self._max_lateness = lateness
         if fired:
@@ -754,7 +615,7 @@ class Driver(Owner):
         # says tick 11 has begun); without it a clock that moves in whole milliseconds
         # (uvloop's) would spin for a millisecond. Entries are still checked exactly.
         now_tick = floor((now - self._epoch) * self._inverse_tick + _TICK_EPSILON)
-        wake_tick = self._wake_tick
+        wake_tick = self._reaper.wake_tick
         if now_tick < wake_tick < NEVER and self._epoch + wake_tick * self._tick <= now:
             # The clock has reached the wake-up's own time, computed as _arm filed it: its
             # bucket is due, whatever the division says. Far from the epoch the two disagree
@@ -781,17 +642,7 @@ class Driver(Owner):
             return []
         site.close(cause)
         self._origins = None
-        if self._wake_handle is not None:
-            self._wake_handle.cancel()
-            self._wake_handle = None
-        reaper = self._reaper
-        if reaper is not None and reaper is not asyncio.current_task():
-            reaper.cancel()
-        # Let go of the loop: a closed timer kept in get_timer()'s weak registry must not keep
-        # its loop alive (the value would pin its own weak key).
-        self._reaper = None
-        self._waiter = None
-        self._clock = None
+        self._reaper.stop()
         self._read = time.monotonic
         unfired: list[Handle] = []
         for handle in self._store.close():  # out of the fast lane, drained
@@ -809,7 +660,7 @@ class Driver(Owner):
     def refuse_closing_a_loops_own(self) -> None:
         """RuntimeError if this is a loop-mode loop's own driver and its loop is open: it holds
         the loop's own timers (``asyncio.sleep``'s among them), which closing would lose."""
-        if self._driven and not self._site.closed:
+        if self._reaper.driven and not self._site.closed:
             raise RuntimeError(
                 "this Timer is its event loop's own (loop mode: every call_at / call_later of "
                 "the loop, asyncio.sleep's too, is on it): it closes with the loop "
@@ -820,7 +671,7 @@ class Driver(Owner):
         """Close (as ``Timer.close``) and return the unfired handles with the reaper task
         that ``aclose`` then waits for (None: no task, or it is the caller)."""
         self.refuse_closing_a_loops_own()
-        reaper = self._reaper
+        reaper = self._reaper.task
         unfired = self.shutdown(None, None)
         if reaper is asyncio.current_task():
             reaper = None

@@ -86,7 +86,7 @@ async def test_reaper_cancelled_from_outside_fails_waiters_loudly() -> None:
     timer = Timer()
     sleeper = asyncio.create_task(timer.sleep(10))
     await asyncio.sleep(0)
-    reaper = timer._driver._reaper
+    reaper = timer._driver._reaper.task
     assert reaper is not None
     reaper.cancel()
     with pytest.raises(TimerClosedError, match="reaper task was cancelled"):

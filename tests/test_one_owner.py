@@ -20,7 +20,7 @@ MODULES = {path.stem: path for path in sorted(PACKAGE.glob("*.py"))}
 # The driver's own state: only the driver (and the store and the sans-IO wheel, for their own
 # attributes) may name it. Everything else asks the driver (aiowheel._entry.Owner, or its
 # small API: aiowheel._view reads it, aiowheel._loop and _loopcalls drive it).
-ENGINE_STATE = re.compile(r"\._(wheel|store|armed|ready|reaper|wake_handle|site)\b|\._arm\(")
+ENGINE_STATE = re.compile(r"\._(wheel|store|armed|due|reaper|wake_handle|site)\b|\._arm\(")
 
 
 def _imports(path: Path) -> set[str]:
@@ -45,7 +45,7 @@ def test_only_the_driver_touches_the_store_and_the_wake_up() -> None:
     offenders = [
         f"{path.name}:{number}: {line.strip()}"
         for name, path in MODULES.items()
-        if name not in ("_driver", "_store", "_wheel")
+        if name not in ("_driver", "_reaper", "_store", "_wheel")
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if ENGINE_STATE.search(line) and not line.startswith(("from ", "import "))
     ]
@@ -54,7 +54,7 @@ def test_only_the_driver_touches_the_store_and_the_wake_up() -> None:
 
 def test_the_guard_itself_sees_a_write_to_the_wheel() -> None:
     # The pattern above must match the ways the engine's state is named.
-    for line in ("timer._wheel.remove(self)", "self._timer._arm()", "x._reaper", "t._store"):
+    for line in ("timer._wheel.remove(self)", "self._timer._arm()", "x._reaper", "t._due"):
         assert ENGINE_STATE.search(line), line
     assert not ENGINE_STATE.search("owner._unfile(self)")
 
@@ -97,9 +97,9 @@ def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
 # -- and sizes a reader can hold in one sitting
 
 # The rooms the driver is made of, each with its own state; other rooms ask them.
-DRIVER_ROOMS = ("_driver", "_binding", "_threads", "_store", "_dispatch")
+DRIVER_ROOMS = ("_driver", "_binding", "_threads", "_store", "_reaper", "_dispatch")
 # Names under which those rooms' objects are held elsewhere.
-DRIVER_HELD = re.compile(r"(^|\.)(_?driver|_site|_store|store|_loop_thread|lag)$")
+DRIVER_HELD = re.compile(r"(^|\.)(_?driver|_site|_store|store|_loop_thread|_reaper|lag)$")
 
 
 def _writes(path: Path) -> list[tuple[int, str]]:
