@@ -22,12 +22,12 @@ import inspect
 import os
 import sys
 from types import FrameType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from ._entry import _Timed
 
-__all__ = ["DueCallback", "check_not_coroutine_function", "filed_at"]
+__all__ = ["DueCallback", "Origins", "check_not_coroutine_function", "filed_at"]
 
 # Frames in these directories are the machinery between a user's line and the wheel.
 _MACHINERY: Final = (
@@ -82,3 +82,35 @@ def check_not_coroutine_function(callback: object, where: str = "call_at()") -> 
         raise TypeError(
             f"{where}: callback must not be a coroutine function (use schedule_at() to run one)"
         )
+
+
+class Origins:
+    """Where each pending timer was filed from (debug mode, or aiowheel.track_origins): the
+    line :func:`filed_at` names and the task that filed it, noted the first time a timer is
+    filed. Timers that left the wheel are forgotten here, when the notes outgrow the pending
+    timers, not on the paths they leave by (which then cost nothing more with tracking on): at
+    most half the notes are stale."""
+
+    __slots__ = ("_notes",)
+
+    def __init__(self) -> None:
+        self._notes: dict[object, tuple[str, object]] = {}
+
+    def note(self, timer: object, pending: int, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Note where ``timer`` is filed from (``pending``: how many timers are pending)."""
+        notes = self._notes
+        if timer in notes:
+            return
+        if len(notes) > 2 * pending + 1024:
+            for stale in [noted for noted in notes if not _pending(noted)]:
+                del notes[stale]
+        task = asyncio.current_task(loop) if loop is not None else None
+        notes[timer] = (filed_at(), task)
+
+    def get(self, timer: object) -> tuple[str, object] | None:
+        """Where ``timer`` was filed from, if noted."""
+        return self._notes.get(timer)
+
+
+def _pending(timer: Any) -> bool:
+    return bool(timer.pending())

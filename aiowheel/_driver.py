@@ -62,7 +62,7 @@ from ._handles import EMPTY_CONTEXT, Handle, Scheduled, TimerHandle, _Call
 from ._observe import LagHistogram
 from ._reaper import Reaper
 from ._store import store_for
-from ._threads import FOREIGN_CANCEL, FREE_THREADED, LoopThread, get_ident
+from ._threads import FOREIGN_CANCEL, FREE_THREADED, get_ident
 from ._wheel import NEVER
 
 __all__ = ["NO_LIMIT", "Driver"]
@@ -96,11 +96,11 @@ class Driver(Owner):
         "_pass_floor",
         "_read",
         "_reaper",
-        "_site",
         "_store",
         "_tick",
         "_wakeups",
         "lag",
+        "site",
     )
 
     def __init__(self, tick: float, slots: int, limit: int, max_batch: int) -> None:
@@ -110,8 +110,10 @@ class Driver(Owner):
         self._inverse_tick: Final = 1.0 / tick
         self._limit: Final = limit
         self._due: Final = Dispatch(max_batch, self._store.run)
-        self._site: Final = Binding(self, self._bind, self._sync)
-        self._loop_thread: Final = self._site.thread
+        # The loop check, the binding and the loop's thread (aiowheel._binding): the Timer and
+        # loop mode ask it directly.
+        self.site: Final = Binding(self, self._bind, self._sync)
+        self._loop_thread: Final = self.site.thread
         self._epoch = 0.0
         self._debug = False
         # The one wake-up and what it wakes (aiowheel._reaper): filings read its `armed`.
@@ -135,7 +137,7 @@ class Driver(Owner):
         self.lag: Final = LagHistogram(0.0)
         # Where each pending timer was filed from, while origin tracking is on (debug mode or
         # aiowheel.track_origins); None otherwise, and then filing pays one comparison.
-        self._origins: dict[object, tuple[str, object]] | None = None
+        self._origins: _debug.Origins | None = None
         # The start of the first tick the last pass left unprocessed: a timer due before it
         # was filed later, already due (its lateness counts from there).
         self._pass_floor = 0.0
@@ -147,18 +149,18 @@ class Driver(Owner):
         clock = clock_for(loop)
         self._start(loop, clock)
         self._reaper.start_task(loop, clock)
-        self._site.open(loop)
+        self.site.open(loop)
 
     def drive_loop(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
         """Become ``loop``'s own driver, before the loop runs (aiowheel._loop): no reaper
         task; the wake-up is filed by ``clock`` and its callback is the pass."""
         self._reaper.drive(clock)
         self._start(loop, clock)
-        self._site.open(loop)
+        self.site.open(loop)
 
     def _start(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
         """Take ``loop`` (the binding), its clock and its debug flag; make the store's core."""
-        self._site.adopt(loop)
+        self.site.adopt(loop)
         self._read = read = clock.time
         self._epoch = self._pass_floor = read()
         self.lag.since = self._epoch
@@ -175,7 +177,7 @@ class Driver(Owner):
         and every pending timer is filed again by its deadline on that clock."""
         self._reaper.use_clock(clock)
         self._read = read = clock.time
-        if self._site.bound is None or self._site.closed:
+        if self.site.bound is None or self.site.closed:
             return
         store = self._store
         now = read()
@@ -202,7 +204,7 @@ class Driver(Owner):
         directly unless closed, in debug mode, noting origins, or counting against
         max_pending) and whose thread may cancel."""
         self._store.sync(
-            not self._site.closed
+            not self.site.closed
             and not self._debug
             and self._origins is None
             and self._limit == NO_LIMIT,
@@ -213,7 +215,7 @@ class Driver(Owner):
     def set_debug(self, enabled: bool) -> None:
         """Follow the loop's debug mode (debug mode tracks where timers are filed from)."""
         self._debug = enabled
-        loop = self._site.bound
+        loop = self.site.bound
         self.track_origins(enabled or (loop is not None and _view_tracks(loop)))
 
     def track_origins(self, enabled: bool) -> None:
@@ -221,21 +223,8 @@ class Driver(Owner):
         if not enabled:
             self._origins = None
         elif self._origins is None:
-            self._origins = {}
+            self._origins = _debug.Origins()
         self._sync()
-
-    def _note_origin(self, entry: object, origins: dict[object, tuple[str, object]]) -> None:
-        """Note where ``entry`` is filed from, the first time it is filed."""
-        if entry in origins:
-            return
-        if len(origins) > 2 * self._store.count + 1024:
-            # Timers that left the wheel are forgotten here, not on the paths they leave by
-            # (which then cost nothing more with tracking on): at most half the notes are stale.
-            for stale in [noted for noted in origins if not _pending(noted)]:
-                del origins[stale]
-        loop = self._site.bound
-        task = asyncio.current_task(loop) if loop is not None else None
-        origins[entry] = (_debug.filed_at(), task)
 
     # -- the read side (aiowheel._view reads these; nothing else) ---------------------------------
 
@@ -261,32 +250,12 @@ class Driver(Owner):
 
     def now(self) -> float:
         """The clock, as the driver reads it (0.0 before binding)."""
-        return self._read() if self._site.bound is not None else 0.0
-
-    @property
-    def closed(self) -> bool:
-        """Whether the driver is closed."""
-        return self._site.closed
-
-    @property
-    def state(self) -> str:
-        """ "unbound", "running" or "closed"."""
-        site = self._site
-        return "closed" if site.closed else "running" if site.loop is not None else "unbound"
+        return self._read() if self.site.bound is not None else 0.0
 
     @property
     def debug(self) -> bool:
         """Whether the driver runs in its loop's debug mode."""
         return self._debug
-
-    @property
-    def thread(self) -> LoopThread:
-        """The thread the bound loop runs in (aiowheel._threads)."""
-        return self._loop_thread
-
-    def claim(self, refusal: str) -> None:
-        """This thread takes the loop over, or RuntimeError(``refusal``)."""
-        self._site.claim(refusal)
 
     def listen(self, listener: Callable[[float, int], None] | None) -> None:
         """Call ``listener(late, count)`` for each pass that fires timers (None: stop)."""
@@ -294,25 +263,17 @@ class Driver(Owner):
 
     # -- the loop check and the clock (Owner) ----------------------------------------------------
 
-    def on_loop(self) -> bool:
-        """Whether this thread runs the bound loop (the hot path's one check)."""
-        return self._site.on_loop()
-
-    def check_loop(self) -> asyncio.AbstractEventLoop:
-        """Bind, or RuntimeError saying what is wrong (:meth:`Binding.check_loop`)."""
-        return self._site.check_loop()
-
     def _running_loop(self) -> asyncio.AbstractEventLoop:
-        return self._site.running_loop()
+        return self.site.running_loop()
 
     def _loop_here(self) -> asyncio.AbstractEventLoop | None:
-        return self._site.loop_here()
+        return self.site.loop_here()
 
     def _now(self) -> float:
         return self._read()
 
     def _loop_time(self) -> float:
-        return self._site.loop_time()
+        return self.site.loop_time()
 
     # -- filing: every timer enters the store through _insert ------------------------------------
 
@@ -353,7 +314,7 @@ class Driver(Owner):
         earliest, move the wake-up earlier. With origin tracking on, note where it came from."""
         origins = self._origins
         if origins is not None:
-            self._note_origin(entry, origins)
+            origins.note(entry, self._store.count, self.site.bound)
         if self._store.insert(entry, tick) < self._reaper.armed:
             self._arm()
 
@@ -396,15 +357,15 @@ class Driver(Owner):
         return False
 
     def _arm_at(self, entry: _Timed, when: float, loop: asyncio.AbstractEventLoop) -> bool:
-        if loop is not self._site.loop:
-            self._site.check_loop()  # binds, or raises (another loop, closed)
+        if loop is not self.site.loop:
+            self.site.check_loop()  # binds, or raises (another loop, closed)
         if when <= self._read():
             return True
         self._file(entry, when)
         return False
 
     def _set_deadline(self, entry: _Timed, when: float | None) -> asyncio.AbstractEventLoop | None:
-        loop = self._site.running_loop()
+        loop = self.site.running_loop()
         if when is None:
             self._unfile(entry)
             return None
@@ -421,18 +382,18 @@ class Driver(Owner):
         if entry._prev is not None:
             if (self._debug or FREE_THREADED) and get_ident() != self._loop_thread.ident:
                 with self._loop_thread.lock:  # the take-over and the removal, as one
-                    self._site.claim(FOREIGN_CANCEL)
+                    self.site.claim(FOREIGN_CANCEL)
                     return entry._prev is not None and self._store.remove(entry)
             return self._store.remove(entry)
         return False
 
     def _claim_for_cancel(self) -> None:
         """The native core's thread check of a cancel() from another thread."""
-        self._site.claim(FOREIGN_CANCEL)
+        self.site.claim(FOREIGN_CANCEL)
 
     def _check_cancel_of_due(self) -> None:
         if FREE_THREADED and get_ident() != self._loop_thread.ident:
-            self._site.claim(FOREIGN_CANCEL)
+            self.site.claim(FOREIGN_CANCEL)
 
     def call(
         self,
@@ -455,7 +416,7 @@ class Driver(Owner):
         handle: Handle = filed
         origins = self._origins
         if origins is not None:
-            self._note_origin(handle, origins)
+            origins.note(handle, self._store.count, self.site.bound)
         return handle
 
     def _call_in_wheel(
@@ -485,15 +446,15 @@ class Driver(Owner):
         """File a :class:`~aiowheel._handles.Scheduled` start of ``target`` (checked by the
         caller) for ``when``; the future the user holds."""
         tick = self._admit(when)
-        loop = self._site.bound
+        loop = self.site.bound
         assert loop is not None
         future: asyncio.Future[Any] = loop.create_future()
         self._insert(Scheduled(when, future, target, args, _copy_context(), self), tick)
         return future
 
     def _sleeper_at(self, deadline: _validate.Seconds, result: object) -> Sleeper | None:
-        if not self._site.on_loop():
-            self._site.check_loop()
+        if not self.site.on_loop():
+            self.site.check_loop()
         if not isinstance(deadline, float):
             deadline = _validate.seconds("sleep_until(): deadline", deadline)
         if deadline != deadline:
@@ -501,8 +462,8 @@ class Driver(Owner):
         return self._sleeper(deadline, result)
 
     def _sleeper_after(self, delay: _validate.Seconds, result: object) -> Sleeper | None:
-        if not self._site.on_loop():
-            self._site.check_loop()
+        if not self.site.on_loop():
+            self.site.check_loop()
         if not isinstance(delay, float):
             delay = _validate.seconds("sleep(): delay", delay)
         if delay != delay:
@@ -514,7 +475,7 @@ class Driver(Owner):
         tick = self._admit(deadline)
         if deadline <= self._read():
             return None
-        loop = self._site.bound
+        loop = self.site.bound
         assert loop is not None
         entry = Sleeper(deadline, loop.create_future(), result)
         self._insert(entry, tick)
@@ -528,7 +489,7 @@ class Driver(Owner):
         self._reaper.arm(self._epoch)
 
     def _is_closed(self) -> bool:
-        return self._site.closed
+        return self.site.closed
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -538,13 +499,13 @@ class Driver(Owner):
     def _create_task(
         self, coro: Coroutine[Any, Any, Any], context: contextvars.Context
     ) -> asyncio.Task[Any]:
-        loop = self._site.bound
+        loop = self.site.bound
         assert loop is not None
         return loop.create_task(coro, context=context)
 
     def _dispatch_ready(self, inline: bool) -> None:
         """Hand this pass's due callbacks to the loop (aiowheel._dispatch)."""
-        loop = self._site.bound
+        loop = self.site.bound
         if loop is None:  # closed during the pass: what came due still runs
             loop = asyncio.get_running_loop()
         self._due.dispatch(loop, inline, self._debug)
@@ -552,7 +513,7 @@ class Driver(Owner):
     def _advance(self) -> None:
         """Advance to now: fire every due entry (callbacks queue in the dispatch), take the
         core's due handles, and record the lateness and the loop's lag."""
-        loop = self._site.bound
+        loop = self.site.bound
         assert loop is not None
         store = self._store
         self._reaper.awake()
@@ -637,7 +598,7 @@ class Driver(Owner):
     def shutdown(self, exc: BaseException | None, cause: str | None) -> list[Handle]:
         """Close: cancel the wake-up and the reaper, let go of the loop, and abandon every
         pending entry (failing it with ``exc``, or cancelling it); the unfired handles."""
-        site = self._site
+        site = self.site
         if site.closed:
             return []
         site.close(cause)
@@ -660,7 +621,7 @@ class Driver(Owner):
     def refuse_closing_a_loops_own(self) -> None:
         """RuntimeError if this is a loop-mode loop's own driver and its loop is open: it holds
         the loop's own timers (``asyncio.sleep``'s among them), which closing would lose."""
-        if self._reaper.driven and not self._site.closed:
+        if self._reaper.driven and not self.site.closed:
             raise RuntimeError(
                 "this Timer is its event loop's own (loop mode: every call_at / call_later of "
                 "the loop, asyncio.sleep's too, is on it): it closes with the loop "
@@ -676,23 +637,6 @@ class Driver(Owner):
         if reaper is asyncio.current_task():
             reaper = None
         return unfired, reaper
-
-    def close_with_loop(self, cause: str) -> None:
-        """Loop mode's ``loop.close()``: :meth:`shutdown`, never during a take-over."""
-        with self._loop_thread.lock:
-            self.shutdown(None, cause)
-
-    def run_here(self) -> None:
-        """Loop mode's ``run_forever`` is about to run the loop in this thread."""
-        self._loop_thread.run_here(self._site.closed)
-
-    def run_ended(self) -> None:
-        """Loop mode's ``run_forever`` returned."""
-        self._loop_thread.run_ended()
-
-
-def _pending(entry: Any) -> bool:
-    return bool(entry.pending())
 
 
 def _view_tracks(loop: asyncio.AbstractEventLoop) -> bool:

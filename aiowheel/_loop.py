@@ -246,12 +246,12 @@ class _LoopMode:
         if timer is None or loop.is_running():  # running: the base refuses, below
             super().run_forever()  # type: ignore[misc]
             return
-        driver = timer._driver
-        driver.run_here()
+        site = timer._site
+        site.thread.run_here(site.closed)
         try:
             super().run_forever()  # type: ignore[misc]
         finally:
-            driver.run_ended()
+            site.thread.run_ended()
 
     def close(self) -> None:
         """Close the loop; pending timers are dropped silently (their handles read cancelled)."""
@@ -260,7 +260,8 @@ class _LoopMode:
         if timer is not None and not loop.is_running() and not loop.is_closed():
             for watcher in tuple(_watchers):
                 watcher("closing", loop)
-            timer._driver.close_with_loop(" (its event loop was closed)")
+            with timer._site.thread.lock:  # never during a take-over
+                timer._driver.shutdown(None, " (its event loop was closed)")
         super().close()  # type: ignore[misc]
 
     def set_debug(self, enabled: bool) -> None:
@@ -319,7 +320,7 @@ def _install(loop: Any, config: LoopConfig) -> None:
     state.timer = timer
     calls = LoopCalls(
         driver,
-        driver.thread,
+        driver.site,
         config.threshold,
         _near_pad(config.base),
         heap.slow_call_at,

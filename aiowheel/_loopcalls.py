@@ -36,8 +36,9 @@ import contextvars
 from collections.abc import Callable
 from typing import Final
 
+from ._binding import Binding
 from ._driver import Driver
-from ._threads import FOREIGN_THREAD, FREE_THREADED, LoopThread, get_ident
+from ._threads import FOREIGN_THREAD, FREE_THREADED, get_ident
 
 __all__ = ["LoopCalls"]
 
@@ -59,10 +60,10 @@ class LoopCalls:
     __slots__ = (
         "_debug_checks",
         "_driver",
-        "_loop_thread",
         "_near_call_at",
         "_near_call_later",
         "_near_pad",
+        "_site",
         "_slow_call_at",
         "_slow_call_later",
         "_threshold",
@@ -71,7 +72,7 @@ class LoopCalls:
     def __init__(
         self,
         driver: Driver,
-        thread: LoopThread,
+        site: Binding,
         threshold: float,
         near_pad: float,
         slow_call_at: Callable[..., object],
@@ -81,9 +82,9 @@ class LoopCalls:
         debug_checks: Callable[[object, str], None],
     ) -> None:
         """Route calls to ``driver`` (already driving its loop: ``Driver.drive_loop``), whose
-        loop runs in ``thread``."""
+        binding is ``site`` (its loop's thread, whether it is closed)."""
         self._driver: Final = driver
-        self._loop_thread: Final = thread
+        self._site: Final = site
         # Deadlines nearer than this go to the loop's own heap (the config's threshold).
         self._threshold: Final = threshold
         # Added to a near deadline handed to the loop's heap, for a base loop that would run it
@@ -105,7 +106,7 @@ class LoopCalls:
     ) -> object:
         """``loop.call_at`` of a loop-mode loop: the wheel for a float (or int) deadline at
         least ``threshold`` ahead and a callable; the slow path (the loop's own heap) otherwise."""
-        if FREE_THREADED and get_ident() != self._loop_thread.ident:
+        if FREE_THREADED and get_ident() != self._site.thread.ident:
             return self._from_another_thread(True, when, callback, args, context)
         if isinstance(when, float):
             deadline = when
@@ -116,7 +117,7 @@ class LoopCalls:
         driver = self._driver
         ahead = deadline - driver._now()
         if ahead >= self._threshold:
-            if _callable(callback) and not driver.closed:
+            if _callable(callback) and not self._site.closed:
                 if driver.debug:
                     self._debug_checks(callback, "call_at")
                 return driver.call(deadline, callback, args, context)
@@ -137,7 +138,7 @@ class LoopCalls:
         context: contextvars.Context | None = None,
     ) -> object:
         """``loop.call_later`` of a loop-mode loop (see :meth:`call_at`)."""
-        if FREE_THREADED and get_ident() != self._loop_thread.ident:
+        if FREE_THREADED and get_ident() != self._site.thread.ident:
             return self._from_another_thread(False, delay, callback, args, context)
         if isinstance(delay, float):
             seconds_ahead = delay
@@ -147,7 +148,7 @@ class LoopCalls:
             return self._slow_call_later(delay, callback, *args, context=context)
         if seconds_ahead >= self._threshold:
             driver = self._driver
-            if _callable(callback) and not driver.closed:
+            if _callable(callback) and not self._site.closed:
                 if driver.debug:
                     self._debug_checks(callback, "call_later")
                 return driver.call(driver._now() + seconds_ahead, callback, args, context)
@@ -171,10 +172,10 @@ class LoopCalls:
         routed as the loop's own, all under the engine's take-over lock, so that the loop
         cannot start or close in another thread meanwhile. Near calls too: the base's heap is
         no more thread-safe than the wheel (uvloop's crashed, from a foreign ``call_later``)."""
-        thread = self._loop_thread
-        with thread.lock:
-            self._driver.claim(FOREIGN_THREAD)
-            if get_ident() != thread.ident:  # closed, or not bound: the base answers
+        site = self._site
+        with site.thread.lock:
+            site.claim(FOREIGN_THREAD)
+            if get_ident() != site.thread.ident:  # closed, or not bound: the base answers
                 slow = self._slow_call_at if at else self._slow_call_later
                 return slow(time, callback, *args, context=context)
             route = self.call_at if at else self.call_later

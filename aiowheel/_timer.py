@@ -76,7 +76,7 @@ class Timer:
     ...         await timer.sleep(0.1)
     """
 
-    __slots__ = ("_driver", "_max_batch", "_slots", "_tick")
+    __slots__ = ("_driver", "_max_batch", "_site", "_slots", "_tick")
 
     def __init__(
         self,
@@ -100,6 +100,8 @@ class Timer:
             NO_LIMIT if limit is None else limit,
             NO_LIMIT if batch is None else batch,
         )
+        # The driver's loop check (aiowheel._binding), asked first by every call.
+        self._site: Final = self._driver.site
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -139,7 +141,7 @@ class Timer:
 
     def closed(self) -> bool:
         """True once the timer has been closed (or shut itself down)."""
-        return self._driver.closed
+        return self._site.closed
 
     # -- introspection -------------------------------------------------------------------------
 
@@ -148,7 +150,8 @@ class Timer:
         return self._driver.pending()
 
     def __repr__(self) -> str:
-        state = self._driver.state
+        site = self._site
+        state = "closed" if site.closed else "running" if site.loop is not None else "unbound"
         build = "compiled" if is_compiled("aiowheel", COMPILED_MODULES) else "pure-Python"
         return (
             f"<Timer {state} tick={self._tick} slots={self._slots} pending={len(self)} "
@@ -188,9 +191,10 @@ class Timer:
         ``when=inf`` never fires but is pending and cancellable; a past ``when`` fires on a
         coming loop iteration, never inside this call.
         """
+        site = self._site
+        if not site.on_loop():  # the loop check, inline: paid by every timer
+            site.check_loop()
         driver = self._driver
-        if not driver.on_loop():  # the loop check, inline: paid by every timer
-            driver.check_loop()
         if not isinstance(when, float):
             when = seconds("call_at(): deadline", when)
         if when != when:
@@ -209,9 +213,10 @@ class Timer:
         context: contextvars.Context | None = None,
     ) -> Handle:
         """Run ``callback(*args)`` after ``delay`` seconds; like ``loop.call_later``."""
+        site = self._site
+        if not site.on_loop():  # the loop check, inline: paid by every timer
+            site.check_loop()
         driver = self._driver
-        if not driver.on_loop():  # the loop check, inline: paid by every timer
-            driver.check_loop()
         if not isinstance(delay, float):
             delay = seconds("call_later(): delay", delay)
         if delay != delay:  # a NaN of another type (Decimal, NumPy) too, now a float
