@@ -30,7 +30,7 @@ from ._threads import FORKS, GETPID_IN_RUNNING_LOOP, LoopThread, get_ident
 
 __all__ = ["TOO_MANY_TIMERS", "Binding", "listed_on"]
 
-# asyncio's C accelerated lookup of the running loop (~25 ns): one identity check against it
+# asyncio's C accelerated lookup of the running loop: one identity check against it
 # covers "not started", "closed", "another loop" and "another thread" on the hot path.
 _get_running_loop: Final = asyncio._get_running_loop
 

@@ -14,7 +14,7 @@ whose single operations are thread-safe), and the cached timer is used only afte
 that this thread runs its loop (``Timer._on_loop``), so a thread never gets another's. With
 the GIL the cache is one slot for the process (threads that each run a loop take turns in it,
 at the cost of a lookup each time it changes hands); on a free-threaded build it is one slot
-per thread (a ``threading.local``, ~30 ns more per read), since there N threads each running
+per thread (a ``threading.local``, a lookup more per read), since there N threads each running
 its own loop is the point, and one shared slot would send every call of every thread to the
 slow path (and bounce the slot's cache line between cores).
 """

@@ -94,7 +94,7 @@ class LoopThread:
     """The thread a wheel's loop runs in, and the rules for changing it.
 
     ``ident`` is that thread's id (-1: none, before binding and after closing); the hot paths
-    compare it with ``get_ident()``, which is ~5x cheaper on 3.11 than asking asyncio for the
+    compare it with ``get_ident()``, which is much cheaper on 3.11 than asking asyncio for the
     running loop. ``lock`` is held by every change of it together with the call that made it,
     and by a loop-mode loop's ``close()``. ``changed`` is called after every change (the
     native core keeps its own copy of the id).

@@ -773,7 +773,7 @@ def _requeue_for(loop: Any, clock: VirtualClock) -> Callable[[Callable[[], None]
         # rloop's native call_later takes whole microseconds, and a timer of 0 is due at once:
         # the next step polls with a zero timeout. Through the public call_later the smallest
         # timer is 1 us, which its poll (epoll, milliseconds) rounds up to a 1 ms wait: two
-        # quiet probes cost 2 ms of wall time per jump (measured: 1.8-2.3 ms per sleep).
+        # quiet probes cost 2 ms of wall time per jump.
         def requeue_now(probe: Callable[[], None]) -> object:
             return native_call_later(loop, 0, probe, (), contextvars.copy_context())
 

@@ -98,7 +98,7 @@ NEVER: Final[int] = 1 << 1024
 #: driver re-arms its wake-up when the returned tick is earlier than the one it is armed for,
 #: so this must be at least any armed tick that matters: it is the largest int the compiled
 #: build holds unboxed (a tagged int), which keeps that comparison, made for nearly every timer
-#: filed, a machine compare (NEVER is a boxed int: ~20 ns through PyObject_RichCompare). A
+#: filed, a machine compare (a boxed int would go through PyObject_RichCompare). A
 #: driver armed beyond it (only by deadlines 2**62 ticks away) re-arms once more than it must,
 #: which is harmless.
 UNQUEUED: Final[int] = (1 << 62) - 1

@@ -42,8 +42,8 @@ process (the performance page, request deadlines). Two facts make most of it unn
 
 Per request that meets its deadline, what is left is a clock read, the request object, a
 context variable (what :func:`budget` and :func:`set_deadline` find the request by) and the
-``send`` wrapper that tells a 504 from a cut-off: 1.7 us in process, measured beside the 2.8
-(the performance page). The cancellation, its ``uncancel`` accounting (an outside
+``send`` wrapper that tells a 504 from a cut-off (the performance page measures what that
+costs per request). The cancellation, its ``uncancel`` accounting (an outside
 ``task.cancel()`` is never swallowed) and the ``CancelledError``-to-``TimeoutError`` turn are
 ``asyncio.timeout``'s, kept here.
 
@@ -162,8 +162,8 @@ Body = bytes | Callable[[Expired], bytes]
 if sys.version_info >= (3, 12):
     from _asyncio import current_task as _current_task  # the C function
 else:
-    # 3.11's asyncio.current_task is Python (~300 ns); the registry it reads is the C
-    # accelerator's dict.
+    # 3.11's asyncio.current_task is Python; the registry it reads is the C accelerator's
+    # dict.
     _current_tasks: Final[dict[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = (
         asyncio.tasks._current_tasks  # type: ignore[attr-defined]
     )
@@ -744,7 +744,7 @@ def budget(minimum: float = 0.0) -> float | None:
 
     Raises :class:`BudgetExhausted` when none is left or less than ``minimum`` seconds:
     fail fast instead of starting a call that cannot finish in time. Costs one pass over the
-    loop's pending timers (about 12 ns each, see :func:`aiowheel.current_deadline`).
+    loop's pending timers (see :func:`aiowheel.current_deadline`).
     """
     return _budget(minimum, "budget()")
 
