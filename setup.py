@@ -88,9 +88,10 @@ def _ext_modules() -> list[Any]:
             # Every module of the group is one C file, and its functions call one another
             # (Timer.call_later -> Driver.call -> Store.file_call; Driver._insert ->
             # Store.insert -> Wheel.insert). Without this flag each such call goes through the
-            # PLT, since an exported symbol could be interposed, and none is inlined; with it they are direct calls, and small ones (Driver._unfile's
-            # Store.remove) are inlined: CPython builds libpython the same way (churn, paired
-            # with the same code built without it, is faster by a margin well above noise).
+            # PLT, since an exported symbol could be interposed, and none is inlined; with it
+            # they are direct calls, and small ones (Driver._unfile's Store.remove) are
+            # inlined: CPython builds libpython the same way (churn, paired with the same code
+            # built without it, is faster by a margin well above noise).
             for ext in extensions:
                 ext.extra_compile_args = [*ext.extra_compile_args, "-fno-semantic-interposition"]
         return extensions

@@ -16,11 +16,11 @@ callables it is handed, so the engine, the entries and the Timer all call down i
 :data:`DONE` is here too: what ``Timeout.__aexit__`` returns. That method does its work when
 called and returns an awaitable already finished, instead of being an ``async def``: a mypyc
 coroutine object per ``async with`` was a tenth of a ``timeout()`` block (the performance
-page has the figures). The one difference from ``async def`` shows only to code that calls ``__aexit__``
-without awaiting it, which ``async with`` and ``AsyncExitStack`` never do. ``__aenter__``
-stays an ``async def``: it must arm only when awaited (asyncio's "Timeout should be used
-inside a task" is raised there), and every cheaper form tried either armed at the call or
-cost the same (a plain-Python coroutine calling back in).
+page has the figures). The one difference from ``async def`` shows only to code that calls
+``__aexit__`` without awaiting it, which ``async with`` and ``AsyncExitStack`` never do.
+``__aenter__`` stays an ``async def``: it must arm only when awaited (asyncio's "Timeout
+should be used inside a task" is raised there), and every cheaper form tried either armed at
+the call or cost the same (a plain-Python coroutine calling back in).
 
 This module is pure Python in both builds (it is not in ``_build.COMPILED_MODULES``).
 """

@@ -11,8 +11,8 @@ implementation; tokio's time driver takes its ``Clock`` and its ``Park`` the sam
 A :class:`Clock` has two members. ``time`` reads the clock: the driver takes it once, as a
 callable, and calls it on every filing, so an implementation may make it an attribute holding a
 builtin (``time.monotonic`` on asyncio's loops, where a Python method around it would add a
-frame to every timer) rather than a method. ``wake_at(when, callback)`` files the driver's one wake-up and
-returns something with ``cancel()``.
+frame to every timer) rather than a method. ``wake_at(when, callback)`` files the driver's one
+wake-up and returns something with ``cancel()``.
 
 The implementations: :class:`LoopClock` here (any event loop: a Timer's clock on a loop that
 is not in loop mode), ``_BaseHeap`` and the replaced-``time`` adapter of :mod:`aiowheel._loop`,
