@@ -1,3 +1,17 @@
+/* aiowheel/_native/core.h: what the parts of the native core share.
+ *
+ * Included once, first, by aiowheel/_core.c (the parts are one translation unit, see there):
+ * the constants of the tick grid, the two object layouts (a handle, a Core), the module state
+ * and the few globals that cannot be module state. Every function is static; a part calls
+ * only functions of parts included before it, so no prototypes are needed beyond the module
+ * definition's (module.c, last, defines it; core_new in module.c and the handle type's methods
+ * look their state up through it).
+ */
+
+#ifndef AIOWHEEL_NATIVE_CORE_H
+#define AIOWHEEL_NATIVE_CORE_H
+
+#define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include <math.h>
@@ -36,6 +50,7 @@ typedef struct link {
 } link_t;
 
 typedef struct CoreObject CoreObject;
+typedef struct CoreState CoreState; /* below */
 
 /* A handle is an asyncio.TimerHandle (isinstance, issue 37), so it is laid out in that class's
  * own __slots__ and no more: Handle's _args, _callback, _cancelled, _context, _loop, _repr,
@@ -127,20 +142,41 @@ struct CoreObject {
     PyObject *near_call_later;
     PyObject *slow_call_at;
     PyObject *slow_call_later;
+    /* the module (beside the routing fields a call_later reads anyway) */
+    CoreState *state; /* its module's: fixed at creation */
+    PyObject *module; /* a strong reference: keeps `state` alive */
 };
 
-static PyTypeObject *HandleType; /* a subclass of asyncio.TimerHandle, made at init */
-static PyTypeObject CoreType;
+/* The module state (multi-phase init): what the core needs from the interpreter and from
+ * aiowheel's Python side, one set per module object. Nothing on a hot path looks it up: each
+ * Core keeps a pointer to it (and a strong reference to the module, so the pointer stays valid
+ * for the Core's life), set when the Core is made, and the handle type's methods that need it
+ * outside a Core's call (repr, get_context, _run) read it from their type
+ * (PyType_GetModuleState: a handle's type is the module's own heap type). */
+struct CoreState {
+    PyTypeObject *handle_type; /* aiowheel.TimerHandle: a subclass of asyncio.TimerHandle */
+    PyTypeObject *core_type;   /* aiowheel._core.Core */
+    /* Set by setup() (aiowheel._engine, at import): aiowheel._handles' helpers. */
+    PyObject *callback_repr;
+    PyObject *empty_context; /* aiowheel._handles.EMPTY_CONTEXT */
+    PyObject *get_running_loop;
+    PyObject *handle_repr; /* aiowheel._handles.handle_repr, imported on first use */
+    PyObject *empty_tuple; /* () */
+    PyObject *str_context;
+    PyObject *str_call_exception_handler;
+    PyObject *str_call_soon;
+};
 
-/* Set once by setup(): aiowheel._handles' helpers. */
-static PyObject *g_callback_repr = NULL;
-static PyObject *g_empty_context = NULL;
-static PyObject *g_empty_tuple = NULL; /* () */
-static PyObject *g_get_running_loop = NULL;
-static PyObject *g_str_context = NULL;
-static PyObject *g_str_call_exception_handler = NULL;
-static PyObject *g_str_call_soon = NULL;
+/* Defined in module.c; core_new and the handle type's methods find their module through it. */
+static struct PyModuleDef core_module;
 
+/* The free list of handles stays process-wide, and exists on GIL builds only (FREELIST_MAX).
+ * A freed handle is put on it by its dealloc, which has no Core to go through (a handle that
+ * has run or was cancelled holds none) and would pay a type-to-module lookup per free for a
+ * per-module list; one list serves every module object alike (handle_new sets the type), and
+ * the GIL serializes it. The module refuses interpreters with their own GIL
+ * (Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED). */
 static HandleObject *freelist = NULL;
 static int freelist_len = 0;
 
+#endif /* AIOWHEEL_NATIVE_CORE_H */

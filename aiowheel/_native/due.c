@@ -138,13 +138,13 @@ core_run(CoreObject *c, PyObject *batch)
             prefetch_handle(PyList_GET_ITEM(batch, i + PREFETCH_AHEAD));
         }
         PyObject *item = PyList_GET_ITEM(batch, i);
-        if (Py_TYPE(item) != HandleType) {
+        if (Py_TYPE(item) != c->state->handle_type) {
             PyErr_SetString(PyExc_TypeError, "run() takes a list of handles");
             Py_DECREF(batch);
             return NULL;
         }
         Py_INCREF(item);
-        int status = handle_run((HandleObject *)item);
+        int status = handle_run(c->state, (HandleObject *)item);
         if (i < PyList_GET_SIZE(batch) && PyList_GET_ITEM(batch, i) == item) {
             /* Out of the batch as soon as it has run: a handle the batch held last is freed
              * here, while its cache lines are still in the cache (freed by the batch's own
@@ -164,10 +164,10 @@ core_run(CoreObject *c, PyObject *batch)
                 PyErr_Fetch(&type, &exc, &tb);
 #endif
                 PyObject *rest = PyList_GetSlice(batch, i + 1, size);
-                PyObject *loop = rest ? PyObject_CallNoArgs(g_get_running_loop) : NULL;
+                PyObject *loop = rest ? PyObject_CallNoArgs(c->state->get_running_loop) : NULL;
                 PyObject *again = loop ? PyObject_GetAttrString((PyObject *)c, "run") : NULL;
                 PyObject *res =
-                    again ? PyObject_CallMethodObjArgs(loop, g_str_call_soon, again, rest, NULL)
+                    again ? PyObject_CallMethodObjArgs(loop, c->state->str_call_soon, again, rest, NULL)
                           : NULL;
                 Py_XDECREF(res);
                 Py_XDECREF(again);

@@ -1,19 +1,19 @@
 /* -- TimerHandle ---------------------------------------------------------------------------- */
 
 static HandleObject *
-handle_new(void)
+handle_new(CoreState *st)
 {
     HandleObject *h;
     if (freelist != NULL) {
         h = freelist;
         freelist = (HandleObject *)h->link.next;
         freelist_len--;
-        PyObject_Init((PyObject *)h, HandleType);
+        PyObject_Init((PyObject *)h, st->handle_type);
     }
     else {
         /* Not tracked, ever: see the top. Before 3.12 the weak reference list is among the
          * slots: it starts NULL (and a dealloc's PyObject_ClearWeakRefs leaves it NULL). */
-        h = PyObject_GC_New(HandleObject, HandleType);
+        h = PyObject_GC_New(HandleObject, st->handle_type);
         if (h == NULL) {
             return NULL;
         }
@@ -29,12 +29,13 @@ handle_new(void)
 static void
 handle_dealloc(HandleObject *h)
 {
+    PyTypeObject *type = Py_TYPE(h);
     /* asyncio's handles take weak references (few do: with the GIL the call is skipped while
      * the list is empty; on a free-threaded build the list is CPython's to read). */
 #ifdef Py_GIL_DISABLED
     PyObject_ClearWeakRefs((PyObject *)h);
 #else
-    if (*(PyObject **)((char *)h + HandleType->tp_weaklistoffset) != NULL) {
+    if (*(PyObject **)((char *)h + type->tp_weaklistoffset) != NULL) {
         PyObject_ClearWeakRefs((PyObject *)h);
     }
 #endif
@@ -49,7 +50,9 @@ handle_dealloc(HandleObject *h)
      * thread-local count PyObject_Init added it to: a Py_DECREF here would be an atomic write
      * to the one type object from every thread (the contention issue 37 removed for the empty
      * context); the type lives as long as the module, which holds it. */
-    Py_DECREF(HandleType);
+    Py_DECREF(type);
+#else
+    (void)type;
 #endif
     if (freelist_len < FREELIST_MAX) {
         h->link.next = (link_t *)freelist;
@@ -80,23 +83,32 @@ handle_clear(HandleObject *Py_UNUSED(h))
     return 0;
 }
 
-static PyObject *
-callback_repr(PyObject *callback)
+/* The module state of a handle's type (a handle's type is always the module's own). */
+static inline CoreState *
+handle_state(HandleObject *h)
 {
-    if (g_callback_repr == NULL) {
-        return PyObject_Repr(callback);
-    }
-    return PyObject_CallOneArg(g_callback_repr, callback);
+    return (CoreState *)PyType_GetModuleState(Py_TYPE(h));
 }
 
-static PyObject *g_handle_repr = NULL; /* aiowheel._handles.handle_repr, imported on first use */
+static PyObject *
+callback_repr(CoreState *st, PyObject *callback)
+{
+    if (st->callback_repr == NULL) {
+        return PyObject_Repr(callback);
+    }
+    return PyObject_CallOneArg(st->callback_repr, callback);
+}
 
 /* asyncio's repr (<TimerHandle when=... callback() at file:line>, "cancelled" after cancel()),
  * made by the same Python function as the pure build's; nothing on the hot path asks for it. */
 static PyObject *
 handle_repr(HandleObject *h)
 {
-    if (g_handle_repr == NULL) {
+    CoreState *st = handle_state(h);
+    if (st == NULL) {
+        return NULL;
+    }
+    if (st->handle_repr == NULL) {
         PyObject *module = PyImport_ImportModule("aiowheel._handles");
         if (module == NULL) {
             return NULL;
@@ -106,9 +118,9 @@ handle_repr(HandleObject *h)
         if (func == NULL) {
             return NULL;
         }
-        Py_XSETREF(g_handle_repr, func);
+        Py_XSETREF(st->handle_repr, func);
     }
-    return PyObject_CallOneArg(g_handle_repr, (PyObject *)h);
+    return PyObject_CallOneArg(st->handle_repr, (PyObject *)h);
 }
 
 static PyObject *
@@ -120,7 +132,11 @@ handle_when(HandleObject *h, PyObject *Py_UNUSED(ignored))
 static PyObject *
 handle_get_context(HandleObject *h, PyObject *Py_UNUSED(ignored))
 {
-    if (h->context == NULL || h->context == g_empty_context) {
+    CoreState *st = handle_state(h);
+    if (st == NULL) {
+        return NULL;
+    }
+    if (h->context == NULL || h->context == st->empty_context) {
         return PyContext_New();
     }
     return Py_NewRef(h->context);
@@ -205,7 +221,7 @@ handle_pending(HandleObject *h, PyObject *Py_UNUSED(ignored))
 
 /* Report an exception of a callback as the loop reports its own callbacks'. */
 static int
-report(HandleObject *h, PyObject *callback)
+report(CoreState *st, HandleObject *h, PyObject *callback)
 {
     PyObject *exc;
 #if PY_VERSION_HEX >= 0x030C0000
@@ -225,11 +241,11 @@ report(HandleObject *h, PyObject *callback)
     }
     int status = -1;
     PyObject *loop = NULL, *name = NULL, *message = NULL, *ctx = NULL, *res = NULL;
-    loop = PyObject_CallNoArgs(g_get_running_loop);
+    loop = PyObject_CallNoArgs(st->get_running_loop);
     if (loop == NULL) {
         goto done;
     }
-    name = callback_repr(callback);
+    name = callback_repr(st, callback);
     if (name == NULL) {
         goto done;
     }
@@ -241,7 +257,7 @@ report(HandleObject *h, PyObject *callback)
     if (ctx == NULL) {
         goto done;
     }
-    res = PyObject_CallMethodOneArg(loop, g_str_call_exception_handler, ctx);
+    res = PyObject_CallMethodOneArg(loop, st->str_call_exception_handler, ctx);
     if (res != NULL) {
         status = 0;
     }
@@ -258,7 +274,7 @@ done:
 /* TimerHandle._run: run the callback in its context; -1 only for what must leave the loop
  * (SystemExit, KeyboardInterrupt, or a failing exception handler). */
 static int
-handle_run(HandleObject *h)
+handle_run(CoreState *st, HandleObject *h)
 {
     PyObject *callback = NULL, *args = NULL, *context = NULL;
     Py_BEGIN_CRITICAL_SECTION(h->core); /* against a cancel() from another thread */
@@ -274,7 +290,7 @@ handle_run(HandleObject *h)
     if (callback == NULL) {
         return 0;
     }
-    if (context == NULL || context == g_empty_context) {
+    if (context == NULL || context == st->empty_context) {
         Py_XSETREF(context, PyContext_New()); /* a fresh one per run: nothing leaks between runs */
         if (context == NULL) {
             Py_DECREF(callback);
@@ -295,7 +311,7 @@ handle_run(HandleObject *h)
             status = -1;
         }
         else {
-            status = report(h, callback);
+            status = report(st, h, callback);
         }
     }
     else {
@@ -310,7 +326,8 @@ handle_run(HandleObject *h)
 static PyObject *
 handle_run_method(HandleObject *h, PyObject *Py_UNUSED(ignored))
 {
-    if (handle_run(h) < 0) {
+    CoreState *st = handle_state(h);
+    if (st == NULL || handle_run(st, h) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;

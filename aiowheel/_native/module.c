@@ -110,10 +110,16 @@ core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
 #endif
+    PyObject *module = PyType_GetModuleByDef(type, &core_module);
+    if (module == NULL) {
+        return NULL;
+    }
     CoreObject *c = (CoreObject *)type->tp_alloc(type, 0);
     if (c == NULL) {
         return NULL;
     }
+    c->module = Py_NewRef(module);
+    c->state = (CoreState *)PyModule_GetState(module);
     int bits = 0;
     while (((Py_ssize_t)1 << bits) < slots) {
         bits++;
@@ -151,6 +157,8 @@ core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static int
 core_traverse(CoreObject *c, visitproc visit, void *arg)
 {
+    Py_VISIT(Py_TYPE(c)); /* a heap type's instance holds it */
+    Py_VISIT(c->module);
     Py_VISIT(c->clock);
     Py_VISIT(c->arm);
     Py_VISIT(c->claim);
@@ -218,12 +226,17 @@ core_clear(CoreObject *c)
 static void
 core_dealloc(CoreObject *c)
 {
+    PyTypeObject *type = Py_TYPE(c);
     PyObject_GC_UnTrack(c);
     core_clear(c);
     PyMem_Free(c->buckets);
     PyMem_Free(c->queued);
     PyMem_Free(c->heap);
-    Py_TYPE(c)->tp_free((PyObject *)c);
+    /* Kept through core_clear (a collector's clear too), which frees pending handles: their
+     * type is the module's. */
+    Py_CLEAR(c->module);
+    type->tp_free((PyObject *)c);
+    Py_DECREF(type);
 }
 
 /* The engine's side of the Core, each under the Core's critical section (see the top). */
@@ -292,22 +305,24 @@ static PyGetSetDef core_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PySequenceMethods core_as_sequence = {
-    .sq_length = (lenfunc)core_len,
+/* A heap type, made per module object (core_new finds its module through it). */
+static PyType_Slot core_slots[] = {
+    {Py_tp_dealloc, core_dealloc},
+    {Py_tp_traverse, core_traverse},
+    {Py_tp_clear, core_clear},
+    {Py_tp_methods, core_methods},
+    {Py_tp_getset, core_getset},
+    {Py_tp_new, core_new},
+    {Py_sq_length, core_len},
+    {Py_tp_doc, "An engine's wheel of callback handles (see the module source)."},
+    {0, NULL},
 };
 
-static PyTypeObject CoreType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "aiowheel._core.Core",
-    .tp_basicsize = sizeof(CoreObject),
-    .tp_dealloc = (destructor)core_dealloc,
-    .tp_as_sequence = &core_as_sequence,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "An engine's wheel of callback handles (see the module source).",
-    .tp_traverse = (traverseproc)core_traverse,
-    .tp_clear = (inquiry)core_clear,
-    .tp_methods = core_methods,
-    .tp_getset = core_getset,
-    .tp_new = core_new,
+static PyType_Spec core_spec = {
+    .name = "aiowheel._core.Core",
+    .basicsize = sizeof(CoreObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = core_slots,
 };
 
 /* -- DONE: an awaitable already finished -------------------------------------------------------
@@ -389,16 +404,19 @@ static PyTypeObject DoneType = {
 
 /* -- the module ------------------------------------------------------------------------------ */
 
+/* setup(callback_repr, empty_context, get_running_loop): aiowheel._engine hands over the Python
+ * helpers the handles use, once, at its import. */
 static PyObject *
-setup(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "setup(callback_repr, empty_context, get_running_loop)");
         return NULL;
     }
-    Py_XSETREF(g_callback_repr, Py_NewRef(args[0]));
-    Py_XSETREF(g_empty_context, Py_NewRef(args[1]));
-    Py_XSETREF(g_get_running_loop, Py_NewRef(args[2]));
+    CoreState *st = (CoreState *)PyModule_GetState(module);
+    Py_XSETREF(st->callback_repr, Py_NewRef(args[0]));
+    Py_XSETREF(st->empty_context, Py_NewRef(args[1]));
+    Py_XSETREF(st->get_running_loop, Py_NewRef(args[2]));
     Py_RETURN_NONE;
 }
 
@@ -415,14 +433,6 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef core_module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "aiowheel._core",
-    .m_doc = "The native core of aiowheel's compiled build (see aiowheel/_core.c).",
-    .m_size = -1,
-    .m_methods = module_methods,
-};
-
 /* Where asyncio.TimerHandle keeps the slot `name`, or -1. */
 static Py_ssize_t
 slot_offset(PyObject *type, const char *name)
@@ -436,82 +446,147 @@ slot_offset(PyObject *type, const char *name)
     return offset;
 }
 
-PyMODINIT_FUNC
-PyInit__core(void)
+/* The handle type: asyncio.TimerHandle's subclass, once its layout is checked to be the one
+ * HandleObject is stored over (see core.h). */
+static PyTypeObject *
+make_handle_type(PyObject *module)
 {
-    if (HandleType == NULL) {
-        PyObject *asyncio = PyImport_ImportModule("asyncio");
-        PyObject *base = asyncio == NULL ? NULL : PyObject_GetAttrString(asyncio, "TimerHandle");
-        Py_XDECREF(asyncio);
-        if (base == NULL) {
-            return NULL;
-        }
-        if (!PyType_Check(base) ||
-            ((PyTypeObject *)base)->tp_basicsize != (Py_ssize_t)sizeof(HandleObject) ||
+    PyObject *asyncio = PyImport_ImportModule("asyncio");
+    PyObject *base = asyncio == NULL ? NULL : PyObject_GetAttrString(asyncio, "TimerHandle");
+    Py_XDECREF(asyncio);
+    if (base == NULL) {
+        return NULL;
+    }
+    if (!PyType_Check(base) ||
+        ((PyTypeObject *)base)->tp_basicsize != (Py_ssize_t)sizeof(HandleObject) ||
 #if PY_VERSION_HEX < 0x030C0000
-            ((PyTypeObject *)base)->tp_weaklistoffset != offsetof(HandleObject, weakreflist) ||
+        ((PyTypeObject *)base)->tp_weaklistoffset != offsetof(HandleObject, weakreflist) ||
 #endif
-            slot_offset(base, "_args") != offsetof(HandleObject, args) ||
-            slot_offset(base, "_callback") != offsetof(HandleObject, callback) ||
-            slot_offset(base, "_cancelled") != offsetof(HandleObject, tick) ||
-            slot_offset(base, "_context") != offsetof(HandleObject, context) ||
-            slot_offset(base, "_loop") != offsetof(HandleObject, link.prev) ||
-            slot_offset(base, "_repr") != offsetof(HandleObject, link.next) ||
-            slot_offset(base, "_source_traceback") != offsetof(HandleObject, when) ||
-            slot_offset(base, "_scheduled") != offsetof(HandleObject, core) ||
-            slot_offset(base, "_when") != offsetof(HandleObject, spare)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ImportError,
-                         "aiowheel._core: asyncio.TimerHandle's layout is not the one this core "
-                         "was written for (%zd bytes)",
-                         PyType_Check(base) ? ((PyTypeObject *)base)->tp_basicsize : -1);
-            Py_DECREF(base);
-            return NULL;
-        }
-        HandleType = (PyTypeObject *)PyType_FromSpecWithBases(&handle_spec, base);
+        slot_offset(base, "_args") != offsetof(HandleObject, args) ||
+        slot_offset(base, "_callback") != offsetof(HandleObject, callback) ||
+        slot_offset(base, "_cancelled") != offsetof(HandleObject, tick) ||
+        slot_offset(base, "_context") != offsetof(HandleObject, context) ||
+        slot_offset(base, "_loop") != offsetof(HandleObject, link.prev) ||
+        slot_offset(base, "_repr") != offsetof(HandleObject, link.next) ||
+        slot_offset(base, "_source_traceback") != offsetof(HandleObject, when) ||
+        slot_offset(base, "_scheduled") != offsetof(HandleObject, core) ||
+        slot_offset(base, "_when") != offsetof(HandleObject, spare)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ImportError,
+                     "aiowheel._core: asyncio.TimerHandle's layout is not the one this core "
+                     "was written for (%zd bytes)",
+                     PyType_Check(base) ? ((PyTypeObject *)base)->tp_basicsize : -1);
         Py_DECREF(base);
-        if (HandleType == NULL) {
-            return NULL;
-        }
-    }
-    if (PyType_Ready(&CoreType) < 0 || PyType_Ready(&DoneType) < 0) {
         return NULL;
     }
-    g_str_context = PyUnicode_InternFromString("context");
-    g_str_call_exception_handler = PyUnicode_InternFromString("call_exception_handler");
-    g_str_call_soon = PyUnicode_InternFromString("call_soon");
-    g_empty_tuple = PyTuple_New(0);
-    if (!g_str_context || !g_str_call_exception_handler || !g_str_call_soon || !g_empty_tuple) {
-        return NULL;
+    PyObject *type = PyType_FromModuleAndSpec(module, &handle_spec, base);
+    Py_DECREF(base);
+    return (PyTypeObject *)type;
+}
+
+static int
+core_exec(PyObject *m)
+{
+    CoreState *st = (CoreState *)PyModule_GetState(m);
+    st->handle_type = make_handle_type(m);
+    if (st->handle_type == NULL) {
+        return -1;
     }
-    PyObject *m = PyModule_Create(&core_module);
-    if (m == NULL) {
-        return NULL;
+    st->core_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &core_spec, NULL);
+    if (st->core_type == NULL || PyType_Ready(&DoneType) < 0) {
+        return -1;
     }
-#ifdef Py_GIL_DISABLED
-    if (PyUnstable_Module_SetGIL(m, Py_MOD_GIL_NOT_USED) < 0) { /* see the top */
-        Py_DECREF(m);
-        return NULL;
+    st->str_context = PyUnicode_InternFromString("context");
+    st->str_call_exception_handler = PyUnicode_InternFromString("call_exception_handler");
+    st->str_call_soon = PyUnicode_InternFromString("call_soon");
+    st->empty_tuple = PyTuple_New(0);
+    if (!st->str_context || !st->str_call_exception_handler || !st->str_call_soon ||
+        !st->empty_tuple) {
+        return -1;
     }
-#endif
     PyObject *setattr_descr = PyDescr_NewMethod(&PyBaseObject_Type, &loop_setattr_def);
     int set = setattr_descr == NULL ? -1 : PyModule_AddObjectRef(m, "loop_setattr", setattr_descr);
     Py_XDECREF(setattr_descr);
     if (set < 0) {
-        Py_DECREF(m);
-        return NULL;
+        return -1;
     }
     PyObject *done = PyType_GenericAlloc(&DoneType, 0);
     int added = done == NULL ? -1 : PyModule_AddObjectRef(m, "DONE", done);
     Py_XDECREF(done);
     if (added < 0) {
-        Py_DECREF(m);
-        return NULL;
+        return -1;
     }
-    if (PyModule_AddObjectRef(m, "TimerHandle", (PyObject *)HandleType) < 0 ||
-        PyModule_AddObjectRef(m, "Core", (PyObject *)&CoreType) < 0) {
-        Py_DECREF(m);
-        return NULL;
+    if (PyModule_AddObjectRef(m, "TimerHandle", (PyObject *)st->handle_type) < 0 ||
+        PyModule_AddObjectRef(m, "Core", (PyObject *)st->core_type) < 0) {
+        return -1;
     }
-    return m;
+    return 0;
+}
+
+static int
+core_module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    CoreState *st = (CoreState *)PyModule_GetState(m);
+    Py_VISIT(st->handle_type);
+    Py_VISIT(st->core_type);
+    Py_VISIT(st->callback_repr);
+    Py_VISIT(st->empty_context);
+    Py_VISIT(st->get_running_loop);
+    Py_VISIT(st->handle_repr);
+    return 0;
+}
+
+static int
+core_module_clear(PyObject *m)
+{
+    CoreState *st = (CoreState *)PyModule_GetState(m);
+    Py_CLEAR(st->handle_type);
+    Py_CLEAR(st->core_type);
+    Py_CLEAR(st->callback_repr);
+    Py_CLEAR(st->empty_context);
+    Py_CLEAR(st->get_running_loop);
+    Py_CLEAR(st->handle_repr);
+    Py_CLEAR(st->empty_tuple);
+    Py_CLEAR(st->str_context);
+    Py_CLEAR(st->str_call_exception_handler);
+    Py_CLEAR(st->str_call_soon);
+    return 0;
+}
+
+static void
+core_module_free(void *m)
+{
+    core_module_clear((PyObject *)m);
+}
+
+static PyModuleDef_Slot core_module_slots[] = {
+    {Py_mod_exec, core_exec},
+#ifdef Py_mod_multiple_interpreters
+    /* Not in subinterpreters: the free list, DoneType and loop_setattr's watcher are shared
+     * by every module object of the process (see core.h and router.c). */
+    {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED},
+#endif
+#ifdef Py_mod_gil
+    /* Free-threading: the per-Core critical sections are the whole locking (see _core.c). */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "aiowheel._core",
+    .m_doc = "The native core of aiowheel's compiled build (see aiowheel/_core.c).",
+    .m_size = sizeof(CoreState),
+    .m_methods = module_methods,
+    .m_slots = core_module_slots,
+    .m_traverse = core_module_traverse,
+    .m_clear = core_module_clear,
+    .m_free = core_module_free,
+};
+
+PyMODINIT_FUNC
+PyInit__core(void)
+{
+    return PyModuleDef_Init(&core_module);
 }

@@ -30,7 +30,7 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
          * wheel (Python ints) files it: NotImplemented says so to every caller. */
         Py_RETURN_NOTIMPLEMENTED;
     }
-    HandleObject *h = handle_new();
+    HandleObject *h = handle_new(c->state);
     if (h == NULL) {
         return NULL;
     }
@@ -57,7 +57,7 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
     }
     h->context = context;
     /* The empty tuple is a singleton: no call needed for the common callback(). */
-    PyObject *tuple = nargs == 0 ? Py_NewRef(g_empty_tuple) : PyTuple_New(nargs);
+    PyObject *tuple = nargs == 0 ? Py_NewRef(c->state->empty_tuple) : PyTuple_New(nargs);
     if (tuple == NULL) {
         Py_DECREF(h);
         return NULL;
@@ -129,7 +129,7 @@ as_seconds(PyObject *value, double *out)
 
 /* method(time, callback, *rest, [context=context]), as aiowheel._loopcalls._hand_over. */
 static PyObject *
-hand_over(PyObject *method, PyObject *time, PyObject *const *args, Py_ssize_t nargs,
+hand_over(CoreState *st, PyObject *method, PyObject *time, PyObject *const *args, Py_ssize_t nargs,
           PyObject *context)
 {
     /* One slot more in front: PY_VECTORCALL_ARGUMENTS_OFFSET lets a bound method (the base's
@@ -148,7 +148,7 @@ hand_over(PyObject *method, PyObject *time, PyObject *const *args, Py_ssize_t na
     PyObject *res;
     if (context != NULL) {
         stack[nargs] = context;
-        PyObject *names = PyTuple_Pack(1, g_str_context);
+        PyObject *names = PyTuple_Pack(1, st->str_context);
         res = names ? PyObject_Vectorcall(method, stack, nargs | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                           names)
                     : NULL;
@@ -166,7 +166,7 @@ hand_over(PyObject *method, PyObject *time, PyObject *const *args, Py_ssize_t na
 /* The context= keyword of call_at / call_later: 1 if the call fits the fast lane (and then
  * *context is the value, NULL for None or absent), 0 if the slow path must see it. */
 static inline int
-read_context(PyObject *kwnames, PyObject *const *args, Py_ssize_t nargs, PyObject **context)
+read_context(CoreState *st, PyObject *kwnames, PyObject *const *args, Py_ssize_t nargs, PyObject **context)
 {
     *context = NULL;
     if (kwnames == NULL) {
@@ -176,8 +176,8 @@ read_context(PyObject *kwnames, PyObject *const *args, Py_ssize_t nargs, PyObjec
         return 0;
     }
     PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
-    if (name != g_str_context && !(PyUnicode_Check(name) &&
-                                   PyUnicode_Compare(name, g_str_context) == 0)) {
+    if (name != st->str_context && !(PyUnicode_Check(name) &&
+                                     PyUnicode_Compare(name, st->str_context) == 0)) {
         return 0;
     }
     if (args[nargs] != Py_None) {
@@ -208,7 +208,7 @@ core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwna
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *context;
     double when, now;
-    if (nargs < 2 || !c->fast || !read_context(kwnames, args, nargs, &context) ||
+    if (nargs < 2 || !c->fast || !read_context(c->state, kwnames, args, nargs, &context) ||
         !as_seconds(args[0], &when) || foreign_thread(c)) {
         goto slow;
     }
@@ -233,11 +233,11 @@ core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwna
             if (delay == NULL) {
                 return NULL;
             }
-            PyObject *res = hand_over(c->near_call_later, delay, args, nargs, context);
+            PyObject *res = hand_over(c->state, c->near_call_later, delay, args, nargs, context);
             Py_DECREF(delay);
             return res;
         }
-        return hand_over(c->near_call_at, args[0], args, nargs, context);
+        return hand_over(c->state, c->near_call_at, args[0], args, nargs, context);
     }
 slow:
     if (c->slow_call_at == NULL) {
@@ -253,7 +253,7 @@ core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *k
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject *context;
     double delay, now;
-    if (nargs < 2 || !c->fast || !read_context(kwnames, args, nargs, &context) ||
+    if (nargs < 2 || !c->fast || !read_context(c->state, kwnames, args, nargs, &context) ||
         !as_seconds(args[0], &delay) || foreign_thread(c)) {
         goto slow;
     }
@@ -286,7 +286,7 @@ core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *k
             if (when == NULL) {
                 return NULL;
             }
-            PyObject *res = hand_over(c->near_call_at, when, args, nargs, context);
+            PyObject *res = hand_over(c->state, c->near_call_at, when, args, nargs, context);
             Py_DECREF(when);
             return res;
         }
@@ -295,11 +295,11 @@ core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *k
             if (padded == NULL) {
                 return NULL;
             }
-            PyObject *res = hand_over(c->near_call_later, padded, args, nargs, context);
+            PyObject *res = hand_over(c->state, c->near_call_later, padded, args, nargs, context);
             Py_DECREF(padded);
             return res;
         }
-        return hand_over(c->near_call_later, args[0], args, nargs, context);
+        return hand_over(c->state, c->near_call_later, args[0], args, nargs, context);
     }
 slow:
     if (c->slow_call_later == NULL) {
