@@ -2,32 +2,53 @@
  *
  * What it is. One Core per engine (aiowheel._engine.Engine) holds every *callback* timer of
  * that engine: the TimerHandles of loop mode's loop.call_at / loop.call_later, and of
- * Timer.call_at / call_later. It is a hierarchical timing wheel written in C, the same
- * algorithm as aiowheel/_wheel.py (that module's docstring is the theory of operation; this
- * file follows it line by line, and tests/test_native.py feeds both the same random
- * operations and compares what they do), with the TimerHandle type, loop mode's call_at /
- * call_later themselves (FASTCALL functions installed on the loop), and the run of a batch of
- * due handles.
+ * Timer.call_at / call_later. It is a hierarchical timing wheel written in C, the algorithm of
+ * aiowheel/_wheel.py (that module's docstring is the theory of operation; _native/wheel.c says
+ * where the two differ, and tests/test_native.py feeds both the same random operations and
+ * compares what they do), with the TimerHandle type, loop mode's call_at / call_later
+ * themselves (FASTCALL functions installed on the loop), and the run of a batch of due handles.
  *
  * Why beside the mypyc wheel, not under it. aiowheel's own entries (timeouts, heartbeats,
  * sleepers, scheduled starts) are mypyc classes whose methods the engine calls natively; a C
- * wheel holding them would cost a crossing per operation (15-25 ns from mypyc), which is what
- * a timeout saves. Callback handles are the opposite case: nearly every timer of a server
+ * wheel holding them would cost a crossing from mypyc into C per operation, which is what a
+ * timeout saves. Callback handles are the opposite case: nearly every timer of a server
  * (asyncio.sleep, asyncio.timeout, wait_for, every library's call_at) is one, and their whole
  * life, from the loop's call_later to cancel() or the run, can stay in C. So the engine owns
  * two wheels on one tick grid: it advances both to the same tick in the same pass, merges their
  * due batches by deadline, and arms one wake-up for the earlier of their next expirations.
- * The Core calls back into the engine for one thing only: "a bucket earlier than the armed
- * wake-up was queued" (the engine's _arm, which is rare).
+ * The Core calls back into the engine for two things only: "a bucket earlier than the armed
+ * wake-up was queued" (the engine's _arm, which is rare), and a cancel() from a thread that is
+ * not the loop's (the engine's claim).
  *
- * Handles are not tracked by the garbage collector and come from a free list; the Core is
- * tracked, and its traverse reports every pending handle's callback, args and context (its
- * clear drains them), so a loop dropped unclosed with timers pending is still collected.
+ * The parts. The source is split by concept, mirroring the Python rooms; each part's header
+ * names the Python file it mirrors and where it differs on purpose:
  *
- * The clock. Where the engine's clock is time.monotonic (asyncio's loops) the Core reads
- * CLOCK_MONOTONIC itself and converts it exactly as CPython's time.monotonic does (the same
- * float, bit for bit); otherwise it calls the clock it was given (loop.time of another base, a
- * replaced loop.time, a virtual clock). It never caches "now" for a deadline.
+ *   _native/core.h    the shared layouts (handle, Core), constants and module state
+ *   _native/wheel.c   the wheel: buckets, the heap of bucket expirations, insert / unlink /
+ *                     advance / drain, the stable sort                       (_wheel.py)
+ *   _native/clock.c   a Core's time: the native clock, a deadline's tick, arming, rebase
+ *                                                                (_engine.py's clock side)
+ *   _native/handle.c  the TimerHandle type                                  (_handles.py)
+ *   _native/router.c  filing, and loop mode's call_at / call_later        (_loopcalls.py)
+ *   _native/due.c     advance to now, run a due batch      (Engine._advance, _run_ready)
+ *   _native/module.c  the Core's life cycle and methods, DONE, setup(), the module
+ *
+ * This file is the extension's one source: it includes the parts in that order, so they are
+ * one translation unit, compiled as the single file they were, and the compiler inlines across
+ * parts (handle_new and the arming into core_file, for one) exactly as before. Every
+ * function stays static; a part uses only what the parts before it define. setup.py lists the
+ * parts in depends= (an edit rebuilds), MANIFEST.in puts them in the sdist, and .ci/asan-suite
+ * compiles this file alone (the includes are relative to it).
+ *
+ * Module state. What the core needs from the interpreter and from aiowheel's Python side (the
+ * handle and Core types, setup()'s helpers, interned names) lives in the module's state
+ * (multi-phase init, core.h), reached on hot paths through a pointer each Core keeps, never
+ * looked up per call. What stays process-wide says why where it is declared.
+ *
+ * Handles are not tracked by the garbage collector and, on GIL builds, come from a free list;
+ * the Core is tracked, and its traverse reports every pending handle's callback, args and
+ * context (its clear drains them), so a loop dropped unclosed with timers pending is still
+ * collected.
  *
  * Free-threading (3.13t+, Py_GIL_DISABLED). The state a Core owns is only touched from its
  * methods, its handles' cancel() and their run, so one per-Core critical section
@@ -42,7 +63,6 @@
  * no free list (one process-wide list is a data race; mimalloc's per-thread heaps make
  * allocation cheap there anyway). The module declares Py_MOD_GIL_NOT_USED.
  */
-
 
 #include "_native/core.h"
 #include "_native/wheel.c"

@@ -1,4 +1,21 @@
-/* -- the clock ------------------------------------------------------------------------------ */
+/* aiowheel/_native/clock.c: a Core's time. Reading the engine's clock, a deadline's tick,
+ * the engine's wake-up, and moving onto another clock.
+ *
+ * Mirrors the clock side of aiowheel/_engine.py's Engine: the tick of a deadline
+ * (Engine._tick_for: ceil((when - epoch) * inverse_tick - _TICK_EPSILON)), the wake-up the
+ * engine arms (Engine._arm: the Core only asks for it, when a bucket earlier than the armed
+ * expiration is queued), and Engine._use_clock's re-filing of every pending timer on a new
+ * epoch (rebase). Where it differs, on purpose:
+ *
+ * - Where the engine's clock is time.monotonic the Core reads CLOCK_MONOTONIC itself
+ *   (core_now), converted as CPython's time.monotonic converts it (the same float, bit for
+ *   bit), instead of calling the function; any other clock (another loop's time, a replaced
+ *   loop.time, the virtual clock) is called as the engine calls it. "Now" is never cached.
+ * - Ticks are int64: a deadline's tick is clamped to [PAST_TICK, NEVER_TICK] (the engine's
+ *   are Python ints).
+ * - The armed expiration is a mirror the engine keeps up to date (set_armed), not the engine's
+ *   own state.
+ */
 
 static int
 core_now(CoreObject *c, double *now)
@@ -10,8 +27,8 @@ core_now(CoreObject *c, double *now)
         /* CPython's _PyTime_AsSecondsDouble of the nanosecond count: the same float. It
          * divides a whole number of seconds as an integer first; below 2**53 ns (104 days of
          * uptime) the count converts exactly, and IEEE division of an exact multiple of 1e9 is
-         * then exact too, so one float division gives the same bits without the 64-bit modulo
-         * (measured: the modulo was a third of this function's time). */
+         * then exact too, so one float division gives the same bits without the 64-bit
+         * modulo, a slow instruction on the path of every call_later. */
         int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
         if (t < ((int64_t)1 << 53)) {
             *now = (double)t / 1e9;
@@ -45,6 +62,8 @@ core_now(CoreObject *c, double *now)
     return 0;
 }
 
+/* The tick of a deadline, as Engine._tick_for computes it (the same float operations, so the
+ * same tick: setup.py builds without fused multiply-add), clamped to the int64 grid. */
 static inline int64_t
 tick_for(CoreObject *c, double when)
 {

@@ -37,7 +37,8 @@
 #define Py_END_CRITICAL_SECTION() }
 #endif
 
-/* The ASan build (.ci/asan-suite) frees every handle for real; see above for free-threading. */
+/* The ASan build (.ci/asan-suite) frees every handle for real; on free-threaded builds one
+ * process-wide list would be a data race (see _core.c). */
 #if defined(AIOWHEEL_NO_FREELIST) || defined(Py_GIL_DISABLED)
 #define FREELIST_MAX 0
 #else
@@ -57,13 +58,12 @@ typedef struct CoreState CoreState; /* below */
  * _source_traceback (in CPython's order, sorted; before 3.12 then __weakref__, later kept
  * before the object), TimerHandle's _scheduled, _when. The callback, its arguments and its
  * context live in asyncio's own three slots; the wheel's fields (tick, link, when, core) are
- * stored over the six asyncio slots a handle has no use for, and the getsets below answer for
- * every one of those names (none of asyncio's member descriptors is reachable through the
+ * stored over the six asyncio slots a handle has no use for, and the getsets of handle.c answer
+ * for every one of those names (none of asyncio's member descriptors is reachable through the
  * type), so nothing reads them as objects. That keeps what a wheel walk and a run touch within
- * the object's first 80 bytes (two cache lines at most, as before issue 37; with the wheel's
- * fields after asyncio's slots, a 136-byte object on 3.11, a due timer's walk and run touched
- * two or three: 1.5-2x the time of 0.5 to run 50,000 due timers) and the handle at asyncio's
- * size. Module init checks every offset and the
+ * the object's first 80 bytes (two cache lines at most; with the wheel's fields after asyncio's
+ * slots a due timer's walk and run touch two or three, and a large due batch runs markedly
+ * slower) and the handle at asyncio's size. Module init (module.c) checks every offset and the
  * size against the running asyncio. */
 typedef struct {
     PyObject_HEAD

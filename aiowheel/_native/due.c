@@ -1,4 +1,22 @@
-/* -- Core: the engine's side ----------------------------------------------------------------- */
+/* aiowheel/_native/due.c: advancing the Core to now, and running a due batch.
+ *
+ * core_advance mirrors the loop over the wheel's due entries in Engine._advance
+ * (aiowheel/_engine.py): the wheel advanced to the tick the engine computed, the due entries
+ * in deadline order, one a hair early (float rounding) filed again from its exact deadline,
+ * the first tick and the largest lateness reported. core_run mirrors aiowheel/_engine.py's
+ * _run_ready: a batch run in order as one loop callback, the rest handed to the loop's next
+ * iteration on SystemExit or KeyboardInterrupt. Where it differs, on purpose:
+ *
+ * - Nothing is fired here: a due handle is marked DISPATCHED and handed back in a list, which
+ *   the engine merges with its own wheel's batch by deadline and queues (Engine._advance fires
+ *   each entry itself, with an exception handler per entry; a handle cannot fail to be
+ *   dispatched).
+ * - The engine computes the tick (with its wake-up correction) and passes it in; a tick
+ *   before the last one processed raises ValueError here, where the engine just returns.
+ * - core_run takes only handles, and replaces each by None in the batch once it has run (it is
+ *   freed while still in the cache); its continuation calls Core.run again.
+ * - Both passes ask the memory for the handle a few places ahead (prefetch_handle).
+ */
 
 static PyObject *
 core_next_expiration(CoreObject *c, PyObject *Py_UNUSED(ignored))
@@ -148,8 +166,8 @@ core_run(CoreObject *c, PyObject *batch)
         if (i < PyList_GET_SIZE(batch) && PyList_GET_ITEM(batch, i) == item) {
             /* Out of the batch as soon as it has run: a handle the batch held last is freed
              * here, while its cache lines are still in the cache (freed by the batch's own
-             * dealloc after the last run, each of 50,000 due handles was read from memory a
-             * second time). */
+             * dealloc after the last run, each handle of a large batch would be read from
+             * memory a second time). */
             PyList_SET_ITEM(batch, i, Py_NewRef(Py_None));
             Py_DECREF(item);
         }

@@ -1,4 +1,21 @@
-/* -- TimerHandle ---------------------------------------------------------------------------- */
+/* aiowheel/_native/handle.c: the TimerHandle of the compiled build.
+ *
+ * Mirrors aiowheel/_handles.py's TimerHandle (the pure build's): an asyncio.TimerHandle whose
+ * cancel() is O(1), frees the timer at once and says whether it did anything; when(),
+ * get_context(), cancelled(), pending(), the repr (made by _handles.handle_repr itself) and the
+ * engine's _run / _describe / _abandon. Where it differs, on purpose:
+ *
+ * - One object, where the pure build has two (the TimerHandle the user holds and the _Call
+ *   entry the wheel links): C can store the wheel's fields (links, tick, Core) over asyncio's
+ *   own slots (see HandleObject in core.h), so a handle is asyncio's size and a walk of a
+ *   bucket touches nothing else.
+ * - Handles are not tracked by the garbage collector (the Core reports what a pending one
+ *   holds) and, on GIL builds, come from a free list (core.h).
+ * - A handle asks its Core directly (under the Core's critical section) instead of going
+ *   through the engine's Owner interface; the engine is asked only about a cancel() from
+ *   another thread (its claim).
+ * - _loop is not kept: reading it raises AttributeError, as an empty slot does.
+ */
 
 static HandleObject *
 handle_new(CoreState *st)
@@ -48,8 +65,8 @@ handle_dealloc(HandleObject *h)
 #ifndef Py_GIL_DISABLED
     /* The instance's reference to its heap type. On a free-threaded build it is left to the
      * thread-local count PyObject_Init added it to: a Py_DECREF here would be an atomic write
-     * to the one type object from every thread (the contention issue 37 removed for the empty
-     * context); the type lives as long as the module, which holds it. */
+     * to the one type object from every thread, contended as any shared refcount is; the type
+     * lives as long as the module, which holds it. */
     Py_DECREF(type);
 #else
     (void)type;

@@ -1,3 +1,21 @@
+/* aiowheel/_native/module.c: the Core object's life cycle, and the module.
+ *
+ * The Core's construction, garbage-collector support and deallocation, its method table (each
+ * method of the engine's side under the Core's critical section), introspection (entries,
+ * removed, queued, elapsed, len), close(); the DONE awaitable; and the module: setup(), the
+ * module state (core.h), multi-phase init. Its Python side is aiowheel/_engine.py, whose
+ * Engine makes its Core when it binds to a loop (Engine._adopt) and hands setup() its helpers
+ * at import. No Python file has this shape to mirror: the pure build has no Core (its engine
+ * holds a Wheel directly).
+ *
+ * What stays process-wide, and why: DoneType (a static type: stateless, the same for any
+ * module object), the free list (core.h) and loop_setattr's watcher (router.c). So the module
+ * declares that it does not support subinterpreters.
+ */
+
+/* -- Core: what the engine reads, and closing ------------------------------------------------ */
+
+/* entries(): every pending handle (Wheel.entries, for introspection). */
 static PyObject *
 core_entries(CoreObject *c, PyObject *Py_UNUSED(ignored))
 {

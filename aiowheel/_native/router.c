@@ -1,10 +1,33 @@
+/* aiowheel/_native/router.c: filing a handle, and loop mode's call_at / call_later.
+ *
+ * Filing (core_file) mirrors the engine's filing of a callback timer in aiowheel/_engine.py
+ * (Engine._call_callable: a handle for callback(*args) in a context, into the wheel, the
+ * engine's wake-up armed if its bucket is now the earliest); Timer.call_at reaches it through
+ * Core.file, loop mode's calls directly. The router mirrors aiowheel/_loopcalls.py
+ * (LoopCalls.call_at / call_later and _hand_over): a float deadline (or an int one that
+ * converts exactly) at least `threshold` ahead, with a callable, goes to the wheel; a nearer
+ * one straight to the base loop's heap (padded by near_pad); anything else to the slow path,
+ * the Python LoopCalls, which checks it or lets the base loop do so. loop_setattr, at the end,
+ * is the C twin of the __setattr__ of aiowheel/_loop.py's loop classes. Where it differs, on
+ * purpose:
+ *
+ * - A deadline past the int64 grid (clock.c) is not filed: core_file answers NotImplemented
+ *   and the call takes the slow path, to the engine's own wheel.
+ * - Only the plain context= keyword is read here (one keyword, named context); a call with
+ *   any other keyword takes the slow path, the Python LoopCalls, which answers it.
+ * - With the GIL a call from another thread is not checked outside debug mode (as asyncio's);
+ *   on a free-threaded build it takes the slow path, where the engine decides (foreign_thread).
+ * - asyncio's call_later (call_at(time() + delay)) is done here when the base loop's is
+ *   asyncio's, instead of calling it.
+ */
 
-/* -- Core: filing --------------------------------------------------------------------------- */
+/* -- filing --------------------------------------------------------------------------------- */
+
 /* Whether the thread's current context holds no variable. Then the handle keeps the shared
  * empty context and handle_run makes a fresh one per run (what a copy would have been), so the
  * common case (no context variable set: every benchmark, most servers) allocates no context
- * per timer: a copy is a GC-tracked object allocated here and freed at cancel(), ~10% of a
- * schedule + cancel. The thread state's `context` is the current one (NULL before any is
+ * per timer: a copy is a GC-tracked object allocated here and freed at cancel(), a sizable
+ * part of a schedule + cancel. The thread state's `context` is the current one (NULL before any is
  * made); reading its length copies nothing. */
 static inline int
 current_context_is_empty(void)
@@ -41,8 +64,8 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
     h->tick = CANCELLED;
     if (context == NULL && current_context_is_empty()) {
         /* No reference at all (NULL, not the shared empty context): on a free-threaded build
-         * one object's refcount written by every thread's timers is contended (loop mode's
-         * churn scaled 1.6x on 2 threads with it, issue 37). */
+         * one object's refcount written by every thread's timers is contended, which keeps
+         * loop mode's churn from scaling with threads. */
         context = NULL;
     }
     else if (context == NULL) {
@@ -106,6 +129,8 @@ core_file_method(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
     return core_file_locked(c, when, args[1], &PyTuple_GET_ITEM(tuple, 0),
                             PyTuple_GET_SIZE(tuple), args[3] == Py_None ? NULL : args[3]);
 }
+
+/* -- the router: a loop-mode loop's call_at / call_later ------------------------------------ */
 
 /* A deadline as the router reads it: 1 for a float, or an int that converts exactly. */
 static inline int
@@ -276,9 +301,9 @@ core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *k
     if (delay == delay) {
         if (c->near_call_later == NULL) {
             /* asyncio's call_later is call_at(self.time() + delay): here, without its Python
-             * frame and without coming back through call_at (the near lane ran at 0.78x
-             * asyncio's own through them; fast only outside debug mode, so there is no
-             * source traceback to trim as asyncio's call_later does). */
+             * frame and without coming back through call_at (through them the near lane ran
+             * slower than asyncio's own; fast only outside debug mode, so there is no source
+             * traceback to trim as asyncio's call_later does). */
             if (core_now(c, &now) < 0) {
                 return NULL;
             }
@@ -310,6 +335,7 @@ slow:
 }
 
 
+/* update(fast, debug, thread_id): what the engine lets the router do (Engine._sync_core). */
 static PyObject *
 core_update(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -360,13 +386,17 @@ core_route(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
  * A loop-mode loop watches one attribute name: ``time`` replaced on the instance (a test's
  * fake clock) moves the engine and the base heap onto it (aiowheel._loop's _follow_time). As a
  * Python __setattr__ that was a frame and a super() lookup on every attribute the base loop
- * sets, and asyncio sets one on every cancel of a handle on its heap (_timer_cancelled_count):
- * loop mode's near timers ran at 0.89x asyncio's own for it. This is the same method in C: a
+ * sets, and asyncio sets one on every cancel of a handle on its heap (_timer_cancelled_count),
+ * which made loop mode's near timers slower than asyncio's own. This is the same method in C: a
  * method descriptor (so the class's slot calls it with the instance, without a frame) doing
  * object.__setattr__ and calling the watcher for ``time`` only. Used where the base loop's own
  * __setattr__ is object's (asyncio, uvloop, rloop and zuvloop's). */
 
-static PyObject *g_time_replaced = NULL; /* aiowheel._loop._time_replaced */
+/* aiowheel._loop._time_replaced, set by watch_time() at aiowheel._loop's import. A process-wide
+ * global, not module state: the descriptor is called as a class's __setattr__ with the
+ * instance, the name and the value, and none of the three leads to this module without a
+ * lookup on every attribute a loop sets. Written once at import, read after. */
+static PyObject *g_time_replaced = NULL;
 
 static PyObject *
 loop_setattr(PyObject *self, PyObject *const *args, Py_ssize_t nargs)

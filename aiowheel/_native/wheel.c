@@ -1,5 +1,32 @@
+/* aiowheel/_native/wheel.c: the Core's hierarchical timing wheel of handles.
+ *
+ * Mirrors aiowheel/_wheel.py, whose docstring is the theory of operation: fixed levels of
+ * `slots` buckets, placement by distance (Kafka's rule) with a one-bucket placement cache, one
+ * heap item per non-empty bucket under its expiration (`queued` remembers it), the cascade
+ * with its re-file into level 0 inlined, due entries handed back in tick order, "never" kept
+ * in a list apart. tests/test_native.py feeds both the same random operations and compares
+ * what they do. Where it differs, on purpose:
+ *
+ * - Ticks are int64, where _wheel.py takes any Python int. The levels span 64 bits, which
+ *   holds every tick the Core files, so there is no far-deadline ring (_wheel.py's
+ *   _insert_far): a finite deadline past the grid never reaches this file (core_file answers
+ *   NotImplemented and the engine's own wheel files it). "Never" is its own NEVER_TICK, 2**62
+ *   (_wheel.NEVER is 2**1024), and ticks before the grid are clamped to PAST_TICK (clock.c).
+ * - A bucket queued under nothing reads QUEUED_NONE (INT64_MAX; _wheel.py uses NEVER), and a
+ *   heap item is an (expiration, index) pair, where _wheel.py packs both into one int.
+ * - Only what handles need: insert and unlink, without _wheel.py's checked add / remove /
+ *   move. A handle's deadline never changes, so there is no lazy re-file either. The count is
+ *   kept per entry, not per advance.
+ * - Due entries out of tick order are sorted by stable_sort (a natural merge sort of (key,
+ *   handle) pairs, below), where _wheel.py calls list.sort: the same stable order, without a
+ *   cache miss per comparison. due.c sorts by deadline with it too.
+ * - Out of memory while advancing, the entries not yet handed back go into the elapsed tick's
+ *   bucket (due at the next advance): nothing is lost.
+ *
+ * Everything here runs under the Core's critical section, which its callers take.
+ */
 
-/* -- the delay queue ------------------------------------------------------------------------ */
+/* -- the heap of bucket expirations -------------------------------------------------------- */
 
 static inline int
 item_less(heapitem a, heapitem b)
@@ -60,7 +87,7 @@ heap_pop(CoreObject *c)
     c->heap[pos] = last;
 }
 
-/* -- the wheel (aiowheel/_wheel.py's Wheel, for handles) ------------------------------------- */
+/* -- the buckets ---------------------------------------------------------------------------- */
 
 static inline void
 link_tail(link_t *bucket, link_t *l)
@@ -199,8 +226,8 @@ harray_append(harray *a, HandleObject *h)
 
 /* Stable merge sort of handles by tick (by_when == 0) or by deadline (by_when == 1). It sorts
  * (key, handle) pairs: the comparisons read a contiguous array, not each handle's field (a due
- * batch's handles are scattered in memory: 50,000 due at once took one cache miss per handle
- * per merge pass, most of the time an advance took). */
+ * batch's handles are scattered in memory, and reading the key from each would cost a cache
+ * miss per handle per merge pass: most of a large advance's time). */
 typedef struct {
     union {
         int64_t tick;
@@ -220,8 +247,7 @@ stable_sort(HandleObject **items, Py_ssize_t n, int by_when)
 {
     /* A natural merge sort: the ascending runs found in one pass, then merged pairwise. A due
      * batch is mostly in order already (timers filed with one delay come in deadline order),
-     * so it takes a pass or a few, where a plain bottom-up merge sort takes log2(n) (50k timers
-     * due at once in 1,000 interleaved runs of deadlines: 6 passes instead of 16). */
+     * so it takes log2(runs) passes, where a plain bottom-up merge sort takes log2(n). */
     if (n < 2) {
         return 0;
     }
@@ -396,6 +422,10 @@ wheel_drain(CoreObject *c, harray *out)
     return out != NULL && PyErr_Occurred() ? -1 : 0;
 }
 
+/* -- checks (tests/test_native.py) ---------------------------------------------------------- */
+
+/* Wheel.check: every invariant of the buckets and the heap; AssertionError names the first one
+ * broken. */
 static PyObject *
 core_check(CoreObject *c, PyObject *Py_UNUSED(ignored))
 {
