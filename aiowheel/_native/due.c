@@ -182,7 +182,9 @@ core_run(CoreObject *c, PyObject *batch)
                 PyErr_Fetch(&type, &exc, &tb);
 #endif
                 PyObject *rest = PyList_GetSlice(batch, i + 1, size);
-                PyObject *loop = rest ? PyObject_CallNoArgs(c->state->get_running_loop) : NULL;
+                PyObject *loop = rest && c->state->get_running_loop
+                                     ? PyObject_CallNoArgs(c->state->get_running_loop)
+                                     : NULL;
                 PyObject *again = loop ? PyObject_GetAttrString((PyObject *)c, "run") : NULL;
                 PyObject *res =
                     again ? PyObject_CallMethodObjArgs(loop, c->state->str_call_soon, again, rest, NULL)

@@ -258,6 +258,10 @@ report(CoreState *st, HandleObject *h, PyObject *callback)
     }
     int status = -1;
     PyObject *loop = NULL, *name = NULL, *message = NULL, *ctx = NULL, *res = NULL;
+    if (st->get_running_loop == NULL) { /* a module object setup() was not given to */
+        PyErr_SetString(PyExc_RuntimeError, "aiowheel._core: setup() was not called");
+        goto done;
+    }
     loop = PyObject_CallNoArgs(st->get_running_loop);
     if (loop == NULL) {
         goto done;
