@@ -46,13 +46,12 @@ handle_new(CoreState *st)
 static void
 handle_dealloc(HandleObject *h)
 {
-    PyTypeObject *type = Py_TYPE(h);
     /* asyncio's handles take weak references (few do: with the GIL the call is skipped while
      * the list is empty; on a free-threaded build the list is CPython's to read). */
 #ifdef Py_GIL_DISABLED
     PyObject_ClearWeakRefs((PyObject *)h);
 #else
-    if (*(PyObject **)((char *)h + type->tp_weaklistoffset) != NULL) {
+    if (*(PyObject **)((char *)h + Py_TYPE(h)->tp_weaklistoffset) != NULL) {
         PyObject_ClearWeakRefs((PyObject *)h);
     }
 #endif
@@ -67,9 +66,8 @@ handle_dealloc(HandleObject *h)
      * thread-local count PyObject_Init added it to: a Py_DECREF here would be an atomic write
      * to the one type object from every thread, contended as any shared refcount is; the type
      * lives as long as the module, which holds it. */
-    Py_DECREF(type);
-#else
-    (void)type;
+    Py_DECREF(Py_TYPE(h)); /* read here: kept in a register across the calls above, it cost
+                            * a save and a restore per handle */
 #endif
     if (freelist_len < FREELIST_MAX) {
         h->link.next = (link_t *)freelist;
