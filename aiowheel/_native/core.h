@@ -145,6 +145,10 @@ struct CoreObject {
     /* the module (beside the routing fields a call_later reads anyway) */
     CoreState *state; /* its module's: fixed at creation */
     PyObject *module; /* a strong reference: keeps `state` alive */
+    /* Two of the state's fields, copied (borrowed: the module holds them) for core_file,
+     * which reads them for every handle: one load each instead of two. */
+    PyTypeObject *handle_type;
+    PyObject *empty_tuple;
 };
 
 /* The module state (multi-phase init): what the core needs from the interpreter and from

@@ -18,19 +18,19 @@
  */
 
 static HandleObject *
-handle_new(CoreState *st)
+handle_new(PyTypeObject *type)
 {
     HandleObject *h;
     if (freelist != NULL) {
         h = freelist;
         freelist = (HandleObject *)h->link.next;
         freelist_len--;
-        PyObject_Init((PyObject *)h, st->handle_type);
+        PyObject_Init((PyObject *)h, type);
     }
     else {
         /* Not tracked, ever: see the top. Before 3.12 the weak reference list is among the
          * slots: it starts NULL (and a dealloc's PyObject_ClearWeakRefs leaves it NULL). */
-        h = PyObject_GC_New(HandleObject, st->handle_type);
+        h = PyObject_GC_New(HandleObject, type);
         if (h == NULL) {
             return NULL;
         }

@@ -138,6 +138,8 @@ core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     c->module = Py_NewRef(module);
     c->state = (CoreState *)PyModule_GetState(module);
+    c->handle_type = c->state->handle_type;
+    c->empty_tuple = c->state->empty_tuple;
     int bits = 0;
     while (((Py_ssize_t)1 << bits) < slots) {
         bits++;

@@ -53,7 +53,7 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
          * wheel (Python ints) files it: NotImplemented says so to every caller. */
         Py_RETURN_NOTIMPLEMENTED;
     }
-    HandleObject *h = handle_new(c->state);
+    HandleObject *h = handle_new(c->handle_type);
     if (h == NULL) {
         return NULL;
     }
@@ -80,7 +80,7 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
     }
     h->context = context;
     /* The empty tuple is a singleton: no call needed for the common callback(). */
-    PyObject *tuple = nargs == 0 ? Py_NewRef(c->state->empty_tuple) : PyTuple_New(nargs);
+    PyObject *tuple = nargs == 0 ? Py_NewRef(c->empty_tuple) : PyTuple_New(nargs);
     if (tuple == NULL) {
         Py_DECREF(h);
         return NULL;
