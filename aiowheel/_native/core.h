@@ -154,9 +154,10 @@ struct CoreObject {
 /* The module state (multi-phase init): what the core needs from the interpreter and from
  * aiowheel's Python side, one set per module object. Nothing on a hot path looks it up: each
  * Core keeps a pointer to it (and a strong reference to the module, so the pointer stays valid
- * for the Core's life), set when the Core is made, and the handle type's methods that need it
- * outside a Core's call (repr, get_context, _run) read it from their type
- * (PyType_GetModuleState: a handle's type is the module's own heap type). */
+ * for the Core's life; core_file's two fields are copied into the Core itself), set when the
+ * Core is made, and the handle type's methods that need it outside a Core's call (repr,
+ * get_context, _run) read it from their type (PyType_GetModuleState: a handle's type is the
+ * module's own heap type). */
 struct CoreState {
     PyTypeObject *handle_type; /* aiowheel.TimerHandle: a subclass of asyncio.TimerHandle */
     PyTypeObject *core_type;   /* aiowheel._core.Core */
@@ -171,15 +172,15 @@ struct CoreState {
     PyObject *str_call_soon;
 };
 
-/* Defined in module.c; core_new and the handle type's methods find their module through it. */
+/* Defined in module.c; core_new finds its module (its type's) through it. */
 static struct PyModuleDef core_module;
 
 /* The free list of handles stays process-wide, and exists on GIL builds only (FREELIST_MAX).
  * A freed handle is put on it by its dealloc, which has no Core to go through (a handle that
  * has run or was cancelled holds none) and would pay a type-to-module lookup per free for a
  * per-module list; one list serves every module object alike (handle_new sets the type), and
- * the GIL serializes it. The module refuses interpreters with their own GIL
- * (Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED). */
+ * the GIL serializes it. Subinterpreters do not load the module at all
+ * (Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED, module.c). */
 static HandleObject *freelist = NULL;
 static int freelist_len = 0;
 
