@@ -18,6 +18,7 @@ install, when:
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
 import sys
@@ -80,7 +81,9 @@ def _ext_modules() -> list[Any]:
         extensions.append(
             Extension(
                 "aiowheel._core",
+                # One translation unit: _core.c includes the parts (see its header comment).
                 ["aiowheel/_core.c"],
+                depends=sorted(glob.glob("aiowheel/_native/*.[ch]")),
                 extra_compile_args=core_flags,
             )
         )

@@ -4,7 +4,8 @@ Run by .ci/run with the project's venv python (it needs `build`, from the dev ex
 
 1. `python -m build` makes an sdist and a platform wheel; the wheel must hold an extension
    module for every compiled module (aiowheel/_build.py's list), the mypyc shared library, the
-   .py sources (the fallback) and py.typed.
+   .py sources (the fallback) and py.typed; the sdist must hold the native core's source, its
+   one file aiowheel/_core.c and every part it includes (aiowheel/_native/).
 2. The sdist, installed into a fresh venv with a C compiler that always fails (CC=false), must
    install, print the one fallback line, and import as the pure-Python build.
 3. The wheel, installed into another fresh venv, must import as the compiled build.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import tarfile
 import tempfile
 import venv
 import zipfile
@@ -74,6 +76,14 @@ def main() -> int:
             missing.append("aiowheel/py.typed")
         assert not missing, f"{wheel.name} lacks {missing}; it holds {names}"
         print(f"wheel {wheel.name}: {len(names)} files, every compiled module present")
+
+        with tarfile.open(sdist) as archive:
+            held = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+        parts = (ROOT / "aiowheel" / "_native").glob("*.[ch]")
+        core = ["aiowheel/_core.c", *sorted(str(path.relative_to(ROOT)) for path in parts)]
+        lacking = [name for name in core if name not in held]
+        assert len(core) > 1 and not lacking, f"{sdist.name} lacks the native core's {lacking}"
+        print(f"sdist {sdist.name}: the native core's {len(core)} source files present")
 
         python = _venv(work / "from-sdist")
         done = subprocess.run(

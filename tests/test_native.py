@@ -499,3 +499,36 @@ def test_a_due_batch_is_in_deadline_order_and_equal_deadlines_in_filing_order(
     assert [(h.when(), h._args[0]) for h in batch] == sorted(filed, key=lambda pair: pair[0])
     for handle in batch:
         handle.cancel()
+
+
+def test_each_module_object_keeps_its_own_types_and_state() -> None:
+    # Module state, not process-wide globals: a second module object made from the same
+    # extension has its own handle and Core types, and its Cores file handles of its own type
+    # (also when the handle comes from the free list a handle of the first module went to).
+    import importlib.util
+
+    spec = importlib.util.find_spec("aiowheel._core")
+    assert spec is not None and spec.loader is not None
+    fresh: Any = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    assert fresh is not native
+    assert fresh.TimerHandle is not native.TimerHandle
+    assert fresh.Core is not native.Core
+    assert issubclass(fresh.TimerHandle, asyncio.TimerHandle)
+    native.Core(lambda: None, 0.001, 64, 0.0, lambda: 0.0).file(1.0, print, (), None).cancel()
+    core = fresh.Core(lambda: None, 0.001, 64, 0.0, lambda: 0.0)
+    ran: list[int] = []
+    handle = core.file(0.005, ran.append, (1,), None)
+    assert type(handle) is fresh.TimerHandle
+    assert "TimerHandle" in repr(handle)
+    batch, fired, _, _ = core.advance(10, 0.01, 0.0, 0.0)
+    assert fired == 1 and batch[0] is handle
+    core.run(batch)
+    assert ran == [1]
+    # setup() was given to the first module object only: a failing callback of the fresh one
+    # says so instead of reaching for a helper it does not have.
+    failing = core.file(0.015, lambda: 1 / 0, (), None)
+    batch, fired, _, _ = core.advance(20, 0.02, 0.0, 0.0)
+    assert fired == 1 and batch[0] is failing
+    with pytest.raises(RuntimeError, match=r"setup\(\) was not called"):
+        core.run(batch)

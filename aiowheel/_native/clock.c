@@ -1,0 +1,152 @@
+/* aiowheel/_native/clock.c: a Core's time. Reading the engine's clock, a deadline's tick,
+ * the engine's wake-up, and moving onto another clock.
+ *
+ * Mirrors the clock side of aiowheel/_engine.py's Engine: the tick of a deadline
+ * (Engine._tick_for: ceil((when - epoch) * inverse_tick - _TICK_EPSILON)), the wake-up the
+ * engine arms (Engine._arm: the Core only asks for it, when a bucket earlier than the armed
+ * expiration is queued), and Engine._use_clock's re-filing of every pending timer on a new
+ * epoch (rebase). Where it differs, on purpose:
+ *
+ * - Where the engine's clock is time.monotonic the Core reads CLOCK_MONOTONIC itself
+ *   (core_now), converted as CPython's time.monotonic converts it (the same float, bit for
+ *   bit), instead of calling the function; any other clock (another loop's time, a replaced
+ *   loop.time, the virtual clock) is called as the engine calls it. "Now" is never cached.
+ * - Ticks are int64: a deadline's tick is clamped to [PAST_TICK, NEVER_TICK] (the engine's
+ *   are Python ints).
+ * - The armed expiration is a mirror the engine keeps up to date (set_armed), not the engine's
+ *   own state.
+ */
+
+static int
+core_now(CoreObject *c, double *now)
+{
+    if (c->clock == NULL) {
+#ifdef __linux__
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        /* CPython's _PyTime_AsSecondsDouble of the nanosecond count: the same float. It
+         * divides a whole number of seconds as an integer first; below 2**53 ns (104 days of
+         * uptime) the count converts exactly, and IEEE division of an exact multiple of 1e9 is
+         * then exact too, so one float division gives the same bits without the 64-bit
+         * modulo, a slow instruction on the path of every call_later. */
+        int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        if (t < ((int64_t)1 << 53)) {
+            *now = (double)t / 1e9;
+            return 0;
+        }
+        volatile double d;
+        if (t % 1000000000 == 0) {
+            d = (double)(t / 1000000000);
+        }
+        else {
+            d = (double)t;
+            d /= 1e9;
+        }
+        *now = d;
+        return 0;
+#endif
+    }
+    PyObject *res = c->clock ? PyObject_CallNoArgs(c->clock) : NULL;
+    if (res == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "aiowheel: no clock");
+        }
+        return -1;
+    }
+    double d = PyFloat_AsDouble(res);
+    Py_DECREF(res);
+    if (d == -1.0 && PyErr_Occurred()) {
+        return -1;
+    }
+    *now = d;
+    return 0;
+}
+
+/* The tick of a deadline, as Engine._tick_for computes it (the same float operations, so the
+ * same tick: setup.py builds without fused multiply-add), clamped to the int64 grid. */
+static inline int64_t
+tick_for(CoreObject *c, double when)
+{
+    double t = ceil((when - c->epoch) * c->inv_tick - TICK_EPSILON);
+    if (t >= (double)NEVER_TICK) {
+        return NEVER_TICK;
+    }
+    if (!(t >= (double)PAST_TICK)) {
+        return PAST_TICK;
+    }
+    return (int64_t)t;
+}
+
+static int
+core_arm_if_earlier(CoreObject *c, int64_t queued)
+{
+    if (queued < 0) {
+        return -1; /* memory error */
+    }
+    if (queued < c->armed && c->arm != NULL) {
+        PyObject *res = PyObject_CallNoArgs(c->arm);
+        if (res == NULL) {
+            return -1;
+        }
+        Py_DECREF(res);
+    }
+    return 0;
+}
+
+
+/* rebase(epoch): the engine's clock changed (aiowheel._engine.Engine._use_clock): every
+ * pending handle is filed again by its deadline on the new epoch, in deadline order. */
+static PyObject *
+core_rebase(CoreObject *c, PyObject *arg)
+{
+    double epoch = PyFloat_AsDouble(arg);
+    if (epoch == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    harray out = {NULL, 0, 0};
+    if (wheel_drain(c, &out) < 0 || stable_sort(out.items, out.len, 1) < 0) {
+        c->epoch = epoch;
+        for (Py_ssize_t i = 0; i < out.len; i++) {
+            wheel_insert(c, out.items[i], tick_for(c, out.items[i]->when));
+        }
+        PyMem_Free(out.items);
+        return NULL;
+    }
+    c->epoch = epoch;
+    for (Py_ssize_t i = 0; i < out.len; i++) {
+        wheel_insert(c, out.items[i], tick_for(c, out.items[i]->when));
+    }
+    PyMem_Free(out.items);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_set_clock(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1) {
+        PyErr_SetString(PyExc_TypeError, "set_clock(clock or None)");
+        return NULL;
+    }
+    PyObject *clock = args[0] == Py_None ? NULL : args[0];
+#ifndef __linux__
+    if (clock == NULL) {
+        PyErr_SetString(PyExc_ValueError, "no native clock on this platform");
+        return NULL;
+    }
+#endif
+    Py_XINCREF(clock);
+    Py_XSETREF(c->clock, clock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+core_set_armed(CoreObject *c, PyObject *arg)
+{
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (v == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    c->armed = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : v;
+    Py_RETURN_NONE;
+}
