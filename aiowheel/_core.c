@@ -1,24 +1,25 @@
 /* aiowheel._core: the native core of the compiled build.
  *
- * What it is. One Core per engine (aiowheel._engine.Engine) holds every *callback* timer of
- * that engine: the TimerHandles of loop mode's loop.call_at / loop.call_later, and of
- * Timer.call_at / call_later. It is a hierarchical timing wheel written in C, the algorithm of
+ * What it is. One Core per driver (aiowheel._driver.Driver, behind the store seam of
+ * aiowheel._store.NativeStore) holds every *callback* timer of that driver: the TimerHandles of
+ * loop mode's loop.call_at / loop.call_later, and of Timer.call_at / call_later. It is a
+ * hierarchical timing wheel written in C, the algorithm of
  * aiowheel/_wheel.py (that module's docstring is the theory of operation; _native/wheel.c says
  * where the two differ, and tests/test_native.py feeds both the same random operations and
  * compares what they do), with the TimerHandle type, loop mode's call_at / call_later
  * themselves (FASTCALL functions installed on the loop), and the run of a batch of due handles.
  *
  * Why beside the mypyc wheel, not under it. aiowheel's own entries (timeouts, heartbeats,
- * sleepers, scheduled starts) are mypyc classes whose methods the engine calls natively; a C
+ * sleepers, scheduled starts) are mypyc classes whose methods the driver calls natively; a C
  * wheel holding them would cost a crossing from mypyc into C per operation, which is what a
  * timeout saves. Callback handles are the opposite case: nearly every timer of a server
  * (asyncio.sleep, asyncio.timeout, wait_for, every library's call_at) is one, and their whole
- * life, from the loop's call_later to cancel() or the run, can stay in C. So the engine owns
+ * life, from the loop's call_later to cancel() or the run, can stay in C. So the driver owns
  * two wheels on one tick grid: it advances both to the same tick in the same pass, merges their
  * due batches by deadline, and arms one wake-up for the earlier of their next expirations.
- * The Core calls back into the engine for two things only: "a bucket earlier than the armed
- * wake-up was queued" (the engine's _arm, which is rare), and a cancel() from a thread that is
- * not the loop's (the engine's claim).
+ * The Core calls back into the driver for two things only: "a bucket earlier than the armed
+ * wake-up was queued" (the driver's _arm, which is rare), and a cancel() from a thread that is
+ * not the loop's (the driver's claim).
  *
  * The parts. The source is split by concept, mirroring the Python rooms; each part's header
  * names the Python file it mirrors and where it differs on purpose:
@@ -27,10 +28,10 @@
  *   _native/wheel.c   the wheel: buckets, the heap of bucket expirations, insert / unlink /
  *                     advance / drain, the stable sort                       (_wheel.py)
  *   _native/clock.c   a Core's time: the native clock, a deadline's tick, arming, rebase
- *                                                                (_engine.py's clock side)
+ *                                                                (_driver.py's clock side)
  *   _native/handle.c  the TimerHandle type                                  (_handles.py)
  *   _native/router.c  filing, and loop mode's call_at / call_later        (_loopcalls.py)
- *   _native/due.c     advance to now, run a due batch      (Engine._advance, _run_ready)
+ *   _native/due.c     advance to now, run a due batch      (Driver._advance, run_batch)
  *   _native/module.c  the Core's life cycle and methods, DONE, setup(), the module
  *
  * This file is the extension's one source: it includes the parts in that order, so they are

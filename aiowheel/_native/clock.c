@@ -1,19 +1,19 @@
-/* aiowheel/_native/clock.c: a Core's time. Reading the engine's clock, a deadline's tick,
- * the engine's wake-up, and moving onto another clock.
+/* aiowheel/_native/clock.c: a Core's time. Reading the driver's clock, a deadline's tick,
+ * the driver's wake-up, and moving onto another clock.
  *
- * Mirrors the clock side of aiowheel/_engine.py's Engine: the tick of a deadline
- * (Engine._tick_for: ceil((when - epoch) * inverse_tick - _TICK_EPSILON)), the wake-up the
- * engine arms (Engine._arm: the Core only asks for it, when a bucket earlier than the armed
- * expiration is queued), and Engine._use_clock's re-filing of every pending timer on a new
- * epoch (rebase). Where it differs, on purpose:
+ * Mirrors the clock side of aiowheel/_driver.py's Driver: the tick of a deadline
+ * (Driver._tick_for: ceil((when - epoch) * inverse_tick - _TICK_EPSILON)), the wake-up the
+ * driver arms (Driver._arm, through aiowheel/_reaper.py: the Core only asks for it, when a
+ * bucket earlier than the armed expiration is queued), and Driver.use_clock's re-filing of
+ * every pending timer on a new epoch (rebase). Where it differs, on purpose:
  *
- * - Where the engine's clock is time.monotonic the Core reads CLOCK_MONOTONIC itself
+ * - Where the driver's clock is time.monotonic the Core reads CLOCK_MONOTONIC itself
  *   (core_now), converted as CPython's time.monotonic converts it (the same float, bit for
  *   bit), instead of calling the function; any other clock (another loop's time, a replaced
- *   loop.time, the virtual clock) is called as the engine calls it. "Now" is never cached.
- * - Ticks are int64: a deadline's tick is clamped to [PAST_TICK, NEVER_TICK] (the engine's
+ *   loop.time, the virtual clock) is called as the driver calls it. "Now" is never cached.
+ * - Ticks are int64: a deadline's tick is clamped to [PAST_TICK, NEVER_TICK] (the driver's
  *   are Python ints).
- * - The armed expiration is a mirror the engine keeps up to date (set_armed), not the engine's
+ * - The armed expiration is a mirror the driver keeps up to date (set_armed), not the driver's
  *   own state.
  */
 
@@ -62,7 +62,7 @@ core_now(CoreObject *c, double *now)
     return 0;
 }
 
-/* The tick of a deadline, as Engine._tick_for computes it (the same float operations, so the
+/* The tick of a deadline, as Driver._tick_for computes it (the same float operations, so the
  * same tick: setup.py builds without fused multiply-add), clamped to the int64 grid. */
 static inline int64_t
 tick_for(CoreObject *c, double when)
@@ -94,7 +94,7 @@ core_arm_if_earlier(CoreObject *c, int64_t queued)
 }
 
 
-/* rebase(epoch): the engine's clock changed (aiowheel._engine.Engine._use_clock): every
+/* rebase(epoch): the driver's clock changed (aiowheel._driver.Driver.use_clock): every
  * pending handle is filed again by its deadline on the new epoch, in deadline order. */
 static PyObject *
 core_rebase(CoreObject *c, PyObject *arg)

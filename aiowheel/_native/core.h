@@ -23,7 +23,7 @@
 #define PAST_TICK (-((int64_t)1 << 62))   /* ticks below are clamped here */
 #define UNQUEUED (((int64_t)1 << 62) - 1) /* aiowheel._wheel.UNQUEUED */
 #define QUEUED_NONE INT64_MAX             /* a bucket queued under no expiration */
-#define TICK_EPSILON 1e-6                 /* aiowheel._engine._TICK_EPSILON */
+#define TICK_EPSILON 1e-6                 /* aiowheel._driver._TICK_EPSILON */
 
 /* A handle's fate once it is out of the wheel, kept in its tick (aiowheel._handles). */
 #define DISPATCHED (-1)
@@ -129,11 +129,11 @@ struct CoreObject {
     double epoch;
     double inv_tick;
     PyObject *clock; /* NULL: CLOCK_MONOTONIC read natively */
-    int64_t armed;   /* the engine's armed expiration (its _armed, mirrored) */
-    PyObject *arm;   /* the engine's _arm */
-    PyObject *claim; /* the engine's take-over check for a cancel from another thread, or NULL */
+    int64_t armed;   /* the driver's armed expiration (its _armed, mirrored) */
+    PyObject *arm;   /* the driver's _arm */
+    PyObject *claim; /* the driver's take-over check for a cancel from another thread, or NULL */
     /* loop mode's routing */
-    int fast;  /* the engine lets call_at / call_later file here directly */
+    int fast;  /* the driver lets call_at / call_later file here directly */
     int debug; /* the loop's debug mode: cancel() checks the thread */
     unsigned long thread_id;
     double threshold;
@@ -161,7 +161,7 @@ struct CoreObject {
 struct CoreState {
     PyTypeObject *handle_type; /* aiowheel.TimerHandle: a subclass of asyncio.TimerHandle */
     PyTypeObject *core_type;   /* aiowheel._core.Core */
-    /* Set by setup() (aiowheel._engine, at import): aiowheel._handles' helpers. */
+    /* Set by setup() (aiowheel._store, at import): aiowheel._handles' helpers. */
     PyObject *callback_repr;
     PyObject *empty_context; /* aiowheel._handles.EMPTY_CONTEXT */
     PyObject *get_running_loop;

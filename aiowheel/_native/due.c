@@ -1,18 +1,18 @@
 /* aiowheel/_native/due.c: advancing the Core to now, and running a due batch.
  *
- * core_advance mirrors the loop over the wheel's due entries in Engine._advance
- * (aiowheel/_engine.py): the wheel advanced to the tick the engine computed, the due entries
+ * core_advance mirrors the loop over the wheel's due entries in Driver._advance
+ * (aiowheel/_driver.py): the wheel advanced to the tick the driver computed, the due entries
  * in deadline order, one a hair early (float rounding) filed again from its exact deadline,
- * the first tick and the largest lateness reported. core_run mirrors aiowheel/_engine.py's
+ * the first tick and the largest lateness reported. core_run mirrors aiowheel/_dispatch.py's
  * _run_ready: a batch run in order as one loop callback, the rest handed to the loop's next
  * iteration on SystemExit or KeyboardInterrupt. Where it differs, on purpose:
  *
  * - Nothing is fired here: a due handle is marked DISPATCHED and handed back in a list, which
- *   the engine merges with its own wheel's batch by deadline and queues (Engine._advance fires
+ *   the driver merges with its own wheel's batch by deadline and queues (Driver._advance fires
  *   each entry itself, with an exception handler per entry; a handle cannot fail to be
  *   dispatched).
- * - The engine computes the tick (with its wake-up correction) and passes it in; a tick
- *   before the last one processed raises ValueError here, where the engine just returns.
+ * - The driver computes the tick (with its wake-up correction) and passes it in; a tick
+ *   before the last one processed raises ValueError here, where the driver just returns.
  * - core_run takes only handles, and replaces each by None in the batch once it has run (it is
  *   freed while still in the cache); its continuation calls Core.run again.
  * - Both passes ask the memory for the handle a few places ahead (prefetch_handle).
@@ -45,7 +45,7 @@ handles_to_list(harray *a)
 }
 
 /* advance(now_tick, now, pass_floor, lateness) -> (due list | None, fired, first tick,
- * lateness): Engine._advance's loop over the wheel's due entries, for handles. */
+ * lateness): Driver._advance's loop over the wheel's due entries, for handles. */
 static PyObject *
 core_advance(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -141,8 +141,8 @@ fail:
 }
 
 /* run(batch): run a batch of due handles, in order, as one loop callback; on SystemExit or
- * KeyboardInterrupt the rest runs on the loop's next iteration (aiowheel._engine._run_ready).
- * Each handle that has run is replaced by None in the batch (the engine drops it after). */
+ * KeyboardInterrupt the rest runs on the loop's next iteration (aiowheel._dispatch.run_batch).
+ * Each handle that has run is replaced by None in the batch (the driver drops it after). */
 static PyObject *
 core_run(CoreObject *c, PyObject *batch)
 {

@@ -3,7 +3,7 @@
  * Mirrors aiowheel/_handles.py's TimerHandle (the pure build's): an asyncio.TimerHandle whose
  * cancel() is O(1), frees the timer at once and says whether it did anything; when(),
  * get_context(), cancelled(), pending(), the repr (made by _handles.handle_repr itself) and the
- * engine's _run / _describe / _abandon. Where it differs, on purpose:
+ * driver's _run / _describe / _abandon. Where it differs, on purpose:
  *
  * - One object, where the pure build has two (the TimerHandle the user holds and the _Call
  *   entry the wheel links): C can store the wheel's fields (links, tick, Core) over asyncio's
@@ -12,7 +12,7 @@
  * - Handles are not tracked by the garbage collector (the Core reports what a pending one
  *   holds) and, on GIL builds, come from a free list (core.h).
  * - A handle asks its Core directly (under the Core's critical section) instead of going
- *   through the engine's Owner interface; the engine is asked only about a cancel() from
+ *   through the driver's Owner interface; the driver is asked only about a cancel() from
  *   another thread (its claim).
  * - _loop is not kept: reading it raises AttributeError, as an empty slot does.
  */
@@ -157,8 +157,8 @@ handle_get_context(HandleObject *h, PyObject *Py_UNUSED(ignored))
     return Py_NewRef(h->context);
 }
 
-/* On a free-threaded build every cancel() is checked for its thread, as the engine's own
- * (aiowheel._engine._FREE_THREADED); with the GIL only in debug mode, and only while the handle
+/* On a free-threaded build every cancel() is checked for its thread, as the driver's own
+ * (aiowheel._threads.FREE_THREADED); with the GIL only in debug mode, and only while the handle
  * is pending (a due handle's core may be gone there: it holds no reference to it). */
 #ifdef Py_GIL_DISABLED
 #define ALWAYS_CHECK_THREAD 1
@@ -179,7 +179,7 @@ again:
     int live = h->link.prev != NULL || (ALWAYS_CHECK_THREAD && c != NULL && h->tick == DISPATCHED);
     if (live && !checked && (c->debug || ALWAYS_CHECK_THREAD) &&
         PyThread_get_thread_ident() != c->thread_id) {
-        /* Another thread: the engine says whether it may take the loop over (its loop is not
+        /* Another thread: the driver says whether it may take the loop over (its loop is not
          * running) or refuses, before anything changes; asked outside the critical section. */
         claim = c->claim != NULL ? Py_NewRef(c->claim) : Py_NewRef(Py_None);
         result = NULL;
@@ -198,7 +198,7 @@ again:
     }
     Py_END_CRITICAL_SECTION();
     if (result == NULL) {
-        if (claim != Py_None) { /* a Core made without an engine (tests) has none to ask */
+        if (claim != Py_None) { /* a Core made without an driver (tests) has none to ask */
             PyObject *res = PyObject_CallNoArgs(claim);
             Py_DECREF(claim);
             if (res == NULL) {

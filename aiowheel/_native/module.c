@@ -1,19 +1,19 @@
 /* aiowheel/_native/module.c: the Core object's life cycle, and the module.
  *
  * The Core's construction, garbage-collector support and deallocation, its method table (each
- * method of the engine's side under the Core's critical section), introspection (entries,
+ * method of the driver's side under the Core's critical section), introspection (entries,
  * removed, queued, elapsed, len), close(); the DONE awaitable; and the module: setup(), the
- * module state (core.h), multi-phase init. Its Python side is aiowheel/_engine.py, whose
- * Engine makes its Core when it binds to a loop (Engine._adopt) and hands setup() its helpers
- * at import. No Python file has this shape to mirror: the pure build has no Core (its engine
- * holds a Wheel directly).
+ * module state (core.h), multi-phase init. Its Python side is aiowheel/_store.py, whose
+ * NativeStore makes its Core when the driver binds to a loop (NativeStore.attach) and hands
+ * setup() its helpers at import. No Python file has this shape to mirror: the pure build has no
+ * Core (its store holds one Wheel).
  *
  * What stays process-wide, and why: DoneType (a static type: stateless, the same for any
  * module object), the free list (core.h) and loop_setattr's watcher (router.c). So the module
  * declares that it does not support subinterpreters.
  */
 
-/* -- Core: what the engine reads, and closing ------------------------------------------------ */
+/* -- Core: what the driver reads, and closing ------------------------------------------------ */
 
 /* entries(): every pending handle (Wheel.entries, for introspection). */
 static PyObject *
@@ -51,14 +51,14 @@ core_drain(CoreObject *c, PyObject *Py_UNUSED(ignored))
 }
 
 
-/* close(): drain (the handles, for the engine to abandon), and let go of the engine. */
+/* close(): drain (the handles, for the driver to abandon), and let go of the driver. */
 static PyObject *
 core_close(CoreObject *c, PyObject *Py_UNUSED(ignored))
 {
     PyObject *list = core_drain(c, NULL);
     c->fast = 0;
     Py_CLEAR(c->arm);
-    Py_CLEAR(c->claim); /* a closed engine's claim allows every cancel: no engine to ask */
+    Py_CLEAR(c->claim); /* a closed driver's claim allows every cancel: no driver to ask */
     c->armed = INT64_MAX;
     return list;
 }
@@ -101,7 +101,7 @@ core_get_native_clock(CoreObject *c, void *Py_UNUSED(closure))
 
 /* -- Core: life cycle ------------------------------------------------------------------------ */
 
-/* Core(arm, tick, slots, epoch, clock): `arm` is the engine's re-arm, `clock` None for the
+/* Core(arm, tick, slots, epoch, clock): `arm` is the driver's re-arm, `clock` None for the
  * native CLOCK_MONOTONIC reading. */
 static PyObject *
 core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -259,7 +259,7 @@ core_dealloc(CoreObject *c)
     Py_DECREF(type);
 }
 
-/* The engine's side of the Core, each under the Core's critical section (see the top). */
+/* The driver's side of the Core, each under the Core's critical section (see the top). */
 #define LOCKED_O(name)                                                   \
     static PyObject *name##_locked(CoreObject *c, PyObject *arg)         \
     {                                                                    \
@@ -334,7 +334,7 @@ static PyType_Slot core_slots[] = {
     {Py_tp_getset, core_getset},
     {Py_tp_new, core_new},
     {Py_sq_length, core_len},
-    {Py_tp_doc, "An engine's wheel of callback handles (see the module source)."},
+    {Py_tp_doc, "An driver's wheel of callback handles (see the module source)."},
     {0, NULL},
 };
 
@@ -424,7 +424,7 @@ static PyTypeObject DoneType = {
 
 /* -- the module ------------------------------------------------------------------------------ */
 
-/* setup(callback_repr, empty_context, get_running_loop): aiowheel._engine hands over the Python
+/* setup(callback_repr, empty_context, get_running_loop): aiowheel._store hands over the Python
  * helpers the handles use, once, at its import. */
 static PyObject *
 setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)

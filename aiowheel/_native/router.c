@@ -1,8 +1,9 @@
 /* aiowheel/_native/router.c: filing a handle, and loop mode's call_at / call_later.
  *
- * Filing (core_file) mirrors the engine's filing of a callback timer in aiowheel/_engine.py
- * (Engine._call_callable: a handle for callback(*args) in a context, into the wheel, the
- * engine's wake-up armed if its bucket is now the earliest); Timer.call_at reaches it through
+ * Filing (core_file) mirrors the driver's filing of a callback timer in aiowheel/_driver.py and
+ * aiowheel/_store.py (Driver.call, NativeStore.file_call: a handle for callback(*args) in a
+ * context, into the wheel, the
+ * driver's wake-up armed if its bucket is now the earliest); Timer.call_at reaches it through
  * Core.file, loop mode's calls directly. The router mirrors aiowheel/_loopcalls.py
  * (LoopCalls.call_at / call_later and _hand_over): a float deadline (or an int one that
  * converts exactly) at least `threshold` ahead, with a callable, goes to the wheel; a nearer
@@ -12,11 +13,11 @@
  * purpose:
  *
  * - A deadline past the int64 grid (clock.c) is not filed: core_file answers NotImplemented
- *   and the call takes the slow path, to the engine's own wheel.
+ *   and the call takes the slow path, to the driver's own wheel.
  * - Only the plain context= keyword is read here (one keyword, named context); a call with
  *   any other keyword takes the slow path, the Python LoopCalls, which answers it.
  * - With the GIL a call from another thread is not checked outside debug mode (as asyncio's);
- *   on a free-threaded build it takes the slow path, where the engine decides (foreign_thread).
+ *   on a free-threaded build it takes the slow path, where the driver decides (foreign_thread).
  * - asyncio's call_later (call_at(time() + delay)) is done here when the base loop's is
  *   asyncio's, instead of calling it.
  */
@@ -49,7 +50,7 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
     int64_t tick = tick_for(c, when);
     if (tick >= NEVER_TICK && when != INFINITY) {
         /* A finite deadline 2**62 ticks or more past the epoch (a virtual clock moved that
-         * far): beyond the core's int64 grid, where it would never come due. The engine's
+         * far): beyond the core's int64 grid, where it would never come due. The driver's
          * wheel (Python ints) files it: NotImplemented says so to every caller. */
         Py_RETURN_NOTIMPLEMENTED;
     }
@@ -212,9 +213,9 @@ read_context(CoreState *st, PyObject *kwnames, PyObject *const *args, Py_ssize_t
 }
 
 /* On a free-threaded build a call from a thread that is not the loop's takes the slow path,
- * where the engine takes the loop over (it is not running) or refuses, and files under its
+ * where the driver takes the loop over (it is not running) or refuses, and files under its
  * take-over lock: filed here directly, a wheel's bucket queued before the armed wake-up would
- * call the engine's _arm from that thread, racing the loop's own (a lost wake-up). With the
+ * call the driver's _arm from that thread, racing the loop's own (a lost wake-up). With the
  * GIL a foreign call is misuse that nothing checks outside debug mode, as asyncio's. */
 static inline int
 foreign_thread(CoreObject *c)
@@ -249,7 +250,7 @@ core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwna
         if (res != Py_NotImplemented) {
             return res;
         }
-        Py_DECREF(res); /* beyond the core's grid: the engine's wheel, through the slow path */
+        Py_DECREF(res); /* beyond the core's grid: the driver's wheel, through the slow path */
         goto slow;
     }
     if (ahead == ahead) { /* near, and not NaN: straight to the loop's heap */
@@ -295,7 +296,7 @@ core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *k
         if (res != Py_NotImplemented) {
             return res;
         }
-        Py_DECREF(res); /* beyond the core's grid: the engine's wheel, through the slow path */
+        Py_DECREF(res); /* beyond the core's grid: the driver's wheel, through the slow path */
         goto slow;
     }
     if (delay == delay) {
@@ -335,7 +336,8 @@ slow:
 }
 
 
-/* update(fast, debug, thread_id): what the engine lets the router do (Engine._sync_core). */
+/* update(fast, debug, thread_id): what the driver lets the router do (Driver._sync, through
+ * Store.sync). */
 static PyObject *
 core_update(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -384,7 +386,7 @@ core_route(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
 /* -- loop_setattr: a loop-mode class's __setattr__ -------------------------------------------
  *
  * A loop-mode loop watches one attribute name: ``time`` replaced on the instance (a test's
- * fake clock) moves the engine and the base heap onto it (aiowheel._loop's _follow_time). As a
+ * fake clock) moves the driver and the base heap onto it (aiowheel._loop's _follow_time). As a
  * Python __setattr__ that was a frame and a super() lookup on every attribute the base loop
  * sets, and asyncio sets one on every cancel of a handle on its heap (_timer_cancelled_count),
  * which made loop mode's near timers slower than asyncio's own. This is the same method in C: a

@@ -10,7 +10,7 @@
  * - Ticks are int64, where _wheel.py takes any Python int. The levels span 64 bits, which
  *   holds every tick the Core files, so there is no far-deadline ring (_wheel.py's
  *   _insert_far): a finite deadline past the grid never reaches this file (core_file answers
- *   NotImplemented and the engine's own wheel files it). "Never" is its own NEVER_TICK, 2**62
+ *   NotImplemented and the driver's own wheel files it). "Never" is its own NEVER_TICK, 2**62
  *   (_wheel.NEVER is 2**1024), and ticks before the grid are clamped to PAST_TICK (clock.c).
  * - A bucket queued under nothing reads QUEUED_NONE (INT64_MAX; _wheel.py uses NEVER), and a
  *   heap item is an (expiration, index) pair, where _wheel.py packs both into one int.
