@@ -100,10 +100,10 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-DEFAULT_THRESHOLD: Final = 0.01
+DEFAULT_THRESHOLD: Final = _validate.DEFAULT_THRESHOLD
 """Deadlines at least this many seconds ahead go to the wheel (10 ticks of the default 1 ms)."""
 
-_DEFAULT_TICK: Final = 0.001
+_DEFAULT_TICK: Final = _validate.DEFAULT_TICK
 
 # One subclass per LoopConfig: few in any program.
 _classes: dict[LoopConfig, type[Any]] = {}
@@ -148,9 +148,9 @@ class LoopConfig:
 
     base: type[asyncio.AbstractEventLoop]
     """The event loop class the loop-mode loop subclasses (asyncio's default, uvloop.Loop...)."""
-    tick: float
-    """The resolution of the loop's wheel, in seconds."""
-    threshold: float
+    tick: float = _DEFAULT_TICK
+    """The resolution of the loop's wheel, in seconds (default 1 ms)."""
+    threshold: float = DEFAULT_THRESHOLD
     """Deadlines at least this many seconds ahead go to the wheel; nearer ones to the base's
     own heap."""
     clock: VirtualTime | None = None

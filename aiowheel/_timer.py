@@ -81,7 +81,7 @@ class Timer:
     def __init__(
         self,
         *,
-        tick: Seconds = 0.001,
+        tick: Seconds = _validate.DEFAULT_TICK,
         slots: Count = 64,
         max_pending: Count | None = None,
         max_batch: Count | None = DEFAULT_MAX_BATCH,

@@ -45,6 +45,8 @@ __all__ = [
     "call",
     "coroutine",
     "Count",
+    "DEFAULT_THRESHOLD",
+    "DEFAULT_TICK",
     "debug",
     "flag",
     "Name",
@@ -250,6 +252,14 @@ def coroutine(value: object, where: str) -> None:
 
 
 _callable: Final = callable
+
+DEFAULT_TICK: Final = 0.001
+"""The wheel's resolution unless one is given: a Timer's, and a loop-mode loop's
+(:class:`aiowheel.LoopConfig`'s default), in seconds."""
+
+DEFAULT_THRESHOLD: Final = 0.01
+"""Deadlines at least this many seconds ahead go to a loop-mode loop's wheel unless another
+threshold is given (:class:`aiowheel.LoopConfig`'s default; 10 ticks of the default tick)."""
 
 
 def call(callback: object, context: object, where: str) -> None:

@@ -129,7 +129,7 @@ CLOCKS: Final = ("real", "virtual")
 
 _MARKER: Final = "aiowheel_clock"
 _FUZZ_MARKER: Final = "aiowheel_fuzz"
-_TICK: Final = 0.001
+_TICK: Final = _validate.DEFAULT_TICK
 
 LINGERING: Final = ("off", "warn", "error")
 """The values ``--aiowheel-lingering`` takes."""

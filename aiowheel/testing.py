@@ -67,7 +67,7 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-_DEFAULT_TICK = 0.001
+_DEFAULT_TICK: Final = _validate.DEFAULT_TICK
 
 
 class FuzzedLoopFactory(LoopFactory):

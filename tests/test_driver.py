@@ -1,5 +1,5 @@
-"""The engine (``aiowheel._engine``): the one owner of the wheel, the wake-up, the loop check
-and the reaper. What every timer kind shares is tested here once: due timers run in deadline
+"""The driver (``aiowheel._driver``) and the rooms it asks (the binding's loop check, the
+reaper's wake-up, the store): the one owner of the wheel. What every timer kind shares is tested here once: due timers run in deadline
 order, one loop handle wakes the reaper whatever the pending count, the pending limit, the loop
 check and its errors, the lazy push-back, and what closing a loop does to pending timers."""
 
