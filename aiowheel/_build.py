@@ -41,6 +41,7 @@ COMPILED_MODULES = (
     "_handles",
     "_observe",
     "_threads",
+    "_grid",
     "_binding",
     "_store",
     "_reaper",

@@ -49,7 +49,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable, Coroutine
-from math import ceil, floor
+from math import ceil
 from typing import Any, Final
 
 from . import _debug, _dispatch, _validate
@@ -58,22 +58,18 @@ from ._clock import Clock, clock_for
 from ._dispatch import Dispatch
 from ._entry import Owner, Sleeper, _Timed
 from ._errors import PendingLimitError
+from ._grid import EPSILON, Grid
 from ._handles import EMPTY_CONTEXT, Handle, Scheduled, TimerHandle, _Call
 from ._observe import LagHistogram
 from ._reaper import Reaper
 from ._store import store_for
 from ._threads import FOREIGN_CANCEL, FREE_THREADED, get_ident
-from ._wheel import NEVER
 
 __all__ = ["NO_LIMIT", "Driver"]
 
 # Module constants, so that the compiled build reads them from a C static: a builtin or module
 # attribute named in a function is looked up in a dict on every call.
 _copy_context: Final = contextvars.copy_context
-
-# A clock reading within this fraction of a tick below a boundary counts as having reached it
-# (the reaper), and a deadline within it above one is filed in that boundary's tick (_admit).
-_TICK_EPSILON: Final = 1e-6
 
 NO_LIMIT: Final = sys.maxsize
 """max_pending / max_batch None: no limit (a C static in the compiled build)."""
@@ -86,14 +82,12 @@ class Driver(Owner):
         "_cancelled_on_close",
         "_debug",
         "_due",
-        "_epoch",
         "_fired",
-        "_inverse_tick",
+        "_grid",
         "_limit",
         "_loop_thread",
         "_max_lateness",
         "_origins",
-        "_pass_floor",
         "_read",
         "_reaper",
         "_store",
@@ -107,22 +101,20 @@ class Driver(Owner):
         """An unbound driver; arguments checked by :class:`aiowheel.Timer`."""
         self._store: Final = store_for(slots)
         self._tick: Final = tick
-        self._inverse_tick: Final = 1.0 / tick
+        self._grid: Final = Grid(tick)
         self._limit: Final = limit
         self._due: Final = Dispatch(max_batch, self._store.run)
         # The loop check, the binding and the loop's thread (aiowheel._binding): the Timer and
         # loop mode ask it directly.
         self.site: Final = Binding(self, self._bind, self._sync)
         self._loop_thread: Final = self.site.thread
-        self._epoch = 0.0
         self._debug = False
         # The one wake-up and what it wakes (aiowheel._reaper): filings read its `armed`.
         self._reaper: Final = Reaper(
             self._store,
-            tick,
+            self._grid,
             self._advance,
             self._dispatch_ready,
-            self._arm,
             self._is_closed,
             self.shutdown,
         )
@@ -138,9 +130,6 @@ class Driver(Owner):
         # Where each pending timer was filed from, while origin tracking is on (debug mode or
         # aiowheel.track_origins); None otherwise, and then filing pays one comparison.
         self._origins: _debug.Origins | None = None
-        # The start of the first tick the last pass left unprocessed: a timer due before it
-        # was filed later, already due (its lateness counts from there).
-        self._pass_floor = 0.0
 
     # -- binding (aiowheel._binding asks; the driver sets up its clock, store and reaper) --------
 
@@ -162,12 +151,13 @@ class Driver(Owner):
         """Take ``loop`` (the binding), its clock and its debug flag; make the store's core."""
         self.site.adopt(loop)
         self._read = read = clock.time
-        self._epoch = self._pass_floor = read()
-        self.lag.since = self._epoch
+        grid = self._grid
+        grid.start(read())
+        self.lag.since = grid.epoch
         self._debug = loop.get_debug()
         if self._debug or _view_tracks(loop):
             self.track_origins(True)
-        self._store.attach(self._arm, self._tick, self._epoch, read, self._claim_for_cancel)
+        self._store.attach(self._arm, self._tick, grid.epoch, read, self._claim_for_cancel)
         self._sync()
 
     def use_clock(self, clock: Clock) -> None:
@@ -180,15 +170,13 @@ class Driver(Owner):
         if self.site.bound is None or self.site.closed:
             return
         store = self._store
-        now = read()
-        self._epoch = now - store.elapsed * self._tick
-        self._pass_floor = now
+        self._grid.rebase(read(), store.elapsed)
         entries = store.drain()
         entries.sort(key=_dispatch.deadline_of)  # stable: filing order within a deadline
         for entry in entries:
             assert isinstance(entry, _Timed)
             store.insert(entry, self._tick_for(entry._when))
-        store.set_clock(read, self._epoch)
+        store.set_clock(read, self._grid.epoch)
         if not self._reaper.running:  # else the pass under way re-arms when it ends
             self._arm()
 
@@ -278,31 +266,17 @@ class Driver(Owner):
     # -- filing: every timer enters the store through _insert ------------------------------------
 
     def _tick_for(self, when: float) -> int:
-        """The tick of deadline ``when``, rounded up; NEVER for +inf. ValueError for NaN."""
-        try:
-            return ceil((when - self._epoch) * self._inverse_tick - _TICK_EPSILON)  # see _admit
-        except OverflowError:
-            if when > 0:
-                return NEVER
-            return self._store.elapsed  # -inf: already due
-        except ValueError:
-            pass
-        # Raised outside the except clause, so that no internal error shows as its context
-        # (in both builds: the compiled one ignores `from None`).
-        raise ValueError("deadline must not be NaN")
+        """The tick of deadline ``when`` (aiowheel._grid); ValueError for NaN."""
+        return self._grid.tick_for(when, self._store.elapsed)
 
     def _admit(self, when: float) -> int:
         """The tick of ``when``, if the store may take one more timer: ValueError for NaN,
         PendingLimitError at ``max_pending``; raised before anything changes. Paid by every
-        timer, so _tick_for's arithmetic is inlined (its except branches cost nothing unless
+        timer, so the grid's rounding up is inlined (its except branches cost nothing unless
         taken)."""
+        grid = self._grid
         try:
-            # Less the epsilon: float rounding must not put a deadline that is a tick's own
-            # time one tick up (0.007 s is 7.000000000000001 ms), since its own tick runs it no
-            # earlier and exactly on time. A deadline truly within the epsilon past a boundary
-            # lands a tick low: the driver finds it not yet due and files it again from its
-            # exact deadline, so it is never early.
-            tick = ceil((when - self._epoch) * self._inverse_tick - _TICK_EPSILON)
+            tick = ceil((when - grid.epoch) * grid.inverse - EPSILON)
         except (OverflowError, ValueError):
             tick = self._tick_for(when)
         if self._limit != NO_LIMIT and len(self._store) >= self._limit:
@@ -486,7 +460,7 @@ class Driver(Owner):
     def _arm(self) -> None:
         """File the one wake-up at the store's earliest bucket expiration (also the native
         core's call when it queues a bucket earlier than the armed wake-up)."""
-        self._reaper.arm(self._epoch)
+        self._reaper.arm()
 
     def _is_closed(self) -> bool:
         return self.site.closed
@@ -523,7 +497,8 @@ class Driver(Owner):
             self._debug = debug
             self._sync()
         now = self._read()
-        now_tick = self._now_tick(now)
+        grid = self._grid
+        now_tick = grid.reached(now, self._reaper.wake_tick)
         if now_tick < store.elapsed:
             return  # woken early, before the last tick processed ended
         due = store.advance(now_tick)
@@ -545,7 +520,7 @@ class Driver(Owner):
                 first_tick = entry._tick
             fired += 1
             if now - when > lateness:
-                lateness = self._late(now, when, lateness)
+                lateness = grid.late(now, when, lateness)
             try:
                 entry._fire(self)
             except Exception as exc:  # a bug must cost one timer, not the reaper
@@ -553,7 +528,7 @@ class Driver(Owner):
                     {"message": f"aiowheel: error firing {entry!r}", "exception": exc}
                 )
         native_batch, native_fired, native_first, lateness = store.take_handles(
-            now_tick, now, self._pass_floor, lateness
+            now_tick, now, grid.pass_floor, lateness
         )
         if native_fired:
             if not fired or native_first < first_tick:
@@ -562,36 +537,9 @@ class Driver(Owner):
             self._due.take_handles(native_batch)
         self._fired += fired
         self._max_lateness = lateness
-        if fired:
-            # The loop's lag: how long after the earliest fired timer's tick began (or, for a
-            # deadline filed already past, after the wheel could first see it) this pass ran.
-            could_run = self._epoch + first_tick * self._tick
-            floor_ = self._pass_floor
-            self.lag.record(now - (could_run if could_run > floor_ else floor_), fired)
-        self._pass_floor = self._epoch + now_tick * self._tick
-
-    def _now_tick(self, now: float) -> int:
-        """The last tick the clock reading ``now`` has reached."""
-        # The epsilon absorbs float error at tick boundaries (10.9999999 ticks on a clock that
-        # says tick 11 has begun); without it a clock that moves in whole milliseconds
-        # (uvloop's) would spin for a millisecond. Entries are still checked exactly.
-        now_tick = floor((now - self._epoch) * self._inverse_tick + _TICK_EPSILON)
-        wake_tick = self._reaper.wake_tick
-        if now_tick < wake_tick < NEVER and self._epoch + wake_tick * self._tick <= now:
-            # The clock has reached the wake-up's own time, computed as _arm filed it: its
-            # bucket is due, whatever the division says. Far from the epoch the two disagree
-            # (a virtual clock at 1e9: 0.448 s past it reads as 447.99995 ticks, below the
-            # bucket's 448, and the wake-up was filed again at the same time forever).
-            now_tick = wake_tick
-        return now_tick
-
-    def _late(self, now: float, when: float, lateness: float) -> float:
-        """The max lateness with a timer of deadline ``when`` run at ``now``: a deadline
-        already past when it was filed is late only from when the wheel could first run it,
-        the start of the tick the previous pass had not reached."""
-        floor_ = self._pass_floor
-        late = now - when if when >= floor_ else now - floor_
-        return late if late > lateness else lateness
+        if fired:  # the loop's lag, once per pass, weighted by what fired
+            self.lag.record(grid.lag(now, first_tick), fired)
+        grid.passed(now_tick)
 
     # -- closing ----------------------------------------------------------------------------------
 

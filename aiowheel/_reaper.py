@@ -32,6 +32,7 @@ from typing import Final
 from . import _awaiting
 from ._clock import Clock, WakeHandle
 from ._errors import TimerClosedError
+from ._grid import Grid
 from ._store import Store
 from ._wheel import NEVER
 
@@ -46,7 +47,7 @@ class Reaper:
     """The wake-up of one driver and what it wakes (see the module docstring).
 
     ``advance()`` and ``dispatch(inline)`` are the driver's pass, in two halves (loop mode's
-    pass re-arms between them, with ``rearm()``, the driver's arm on its grid); ``closed()``
+    pass re-arms between them); ``closed()``
     says whether the driver is closed; ``fail(exc, cause)`` closes it when its task ends.
     """
 
@@ -57,10 +58,9 @@ class Reaper:
         "_dispatch",
         "_driven",
         "_fail",
+        "_grid",
         "_handle",
-        "_rearm",
         "_store",
-        "_tick",
         "_waiter",
         "armed",
         "task",
@@ -70,18 +70,16 @@ class Reaper:
     def __init__(
         self,
         store: Store,
-        tick: float,
+        grid: Grid,
         advance: Callable[[], None],
         dispatch: Callable[[bool], None],
-        rearm: Callable[[], None],
         closed: Callable[[], bool],
         fail: Callable[[BaseException, str], object],
     ) -> None:
         self._store: Final = store
-        self._tick: Final = tick
+        self._grid: Final = grid
         self._advance: Final = advance
         self._dispatch: Final = dispatch
-        self._rearm: Final = rearm
         self._closed: Final = closed
         self._fail: Final = fail
         self.armed = NEVER
@@ -124,9 +122,9 @@ class Reaper:
         """Whether a pass is due or running (filings need not re-arm)."""
         return self.armed == AWAKE
 
-    def arm(self, epoch: float) -> None:
-        """File the one wake-up at the store's earliest bucket expiration (on the grid that
-        starts at ``epoch``), or none if the store is empty."""
+    def arm(self) -> None:
+        """File the one wake-up at the store's earliest bucket expiration (when that tick
+        begins on the grid), or none if the store is empty."""
         expiration = self._store.next_expiration()
         handle = self._handle
         if handle is not None:
@@ -139,7 +137,7 @@ class Reaper:
         self.wake_tick = expiration
         clock = self._clock
         assert clock is not None
-        when = epoch + expiration * self._tick
+        when = self._grid.time_of(expiration)
         self._handle = clock.wake_at(when, self._drive if self._driven else self._wake)
 
     def awake(self) -> None:
@@ -166,7 +164,7 @@ class Reaper:
         task = self.task
         assert task is not None
         if self.armed == AWAKE or self._handle is None:
-            self._rearm()
+            self.arm()
         waiter: asyncio.Future[None] = task.get_loop().create_future()
         self._waiter = waiter
         return waiter
@@ -185,7 +183,7 @@ class Reaper:
         try:
             self._advance()
         finally:
-            self._rearm()
+            self.arm()
         self._dispatch(True)
 
     def task_done(self, task: asyncio.Task[None]) -> None:

@@ -1,7 +1,8 @@
 """The driver (``aiowheel._driver``) and the rooms it asks (the binding's loop check, the
-reaper's wake-up, the store): the one owner of the wheel. What every timer kind shares is tested here once: due timers run in deadline
-order, one loop handle wakes the reaper whatever the pending count, the pending limit, the loop
-check and its errors, the lazy push-back, and what closing a loop does to pending timers."""
+reaper's wake-up, the store, the grid): the one owner of the wheel. What every timer kind
+shares is tested here once: due timers run in deadline order, one loop handle wakes the reaper
+whatever the pending count, the pending limit, the loop check and its errors, the lazy
+push-back, and what closing a loop does to pending timers."""
 
 from __future__ import annotations
 

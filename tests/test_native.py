@@ -43,11 +43,11 @@ pytestmark = pytest.mark.skipif(
     native is None, reason="the pure-Python build has no native core (it is the reference)"
 )
 
-EPSILON = 1e-6  # aiowheel._driver._TICK_EPSILON
+EPSILON = 1e-6  # aiowheel._grid.EPSILON
 
 
 def _tick_for(when: float) -> int:
-    return math.ceil(when - EPSILON)  # tick 1.0, epoch 0.0: aiowheel._driver's arithmetic
+    return math.ceil(when - EPSILON)  # tick 1.0, epoch 0.0: aiowheel._grid's arithmetic
 
 
 class _Ref(Entry):

@@ -2,7 +2,7 @@
  * the driver's wake-up, and moving onto another clock.
  *
  * Mirrors the clock side of aiowheel/_driver.py's Driver: the tick of a deadline
- * (Driver._tick_for: ceil((when - epoch) * inverse_tick - _TICK_EPSILON)), the wake-up the
+ * (aiowheel/_grid.py's Grid.tick_for: ceil((when - epoch) * inverse - EPSILON)), the wake-up the
  * driver arms (Driver._arm, through aiowheel/_reaper.py: the Core only asks for it, when a
  * bucket earlier than the armed expiration is queued), and Driver.use_clock's re-filing of
  * every pending timer on a new epoch (rebase). Where it differs, on purpose:
@@ -62,8 +62,9 @@ core_now(CoreObject *c, double *now)
     return 0;
 }
 
-/* The tick of a deadline, as Driver._tick_for computes it (the same float operations, so the
- * same tick: setup.py builds without fused multiply-add), clamped to the int64 grid. */
+/* The tick of a deadline, as aiowheel._grid's Grid.tick_for computes it (the same float
+ * operations, so the same tick: setup.py builds without fused multiply-add), clamped to the
+ * int64 grid. */
 static inline int64_t
 tick_for(CoreObject *c, double when)
 {

@@ -23,7 +23,7 @@
 #define PAST_TICK (-((int64_t)1 << 62))   /* ticks below are clamped here */
 #define UNQUEUED (((int64_t)1 << 62) - 1) /* aiowheel._wheel.UNQUEUED */
 #define QUEUED_NONE INT64_MAX             /* a bucket queued under no expiration */
-#define TICK_EPSILON 1e-6                 /* aiowheel._driver._TICK_EPSILON */
+#define TICK_EPSILON 1e-6                 /* aiowheel._grid.EPSILON */
 
 /* A handle's fate once it is out of the wheel, kept in its tick (aiowheel._handles). */
 #define DISPATCHED (-1)
