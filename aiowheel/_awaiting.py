@@ -6,12 +6,12 @@ which Python 3.12 deprecates: every cancelled ``await timer.sleep()`` would emit
 DeprecationWarning, and under ``-W error`` raise one instead of CancelledError. So the rule of
 the compiled build is that its own ``async def`` functions never suspend; each public coroutine
 is a thin plain-Python one here, which does the synchronous work through compiled methods of
-the engine (validation, filing, the reaper's advance and dispatch) and awaits in between. The
+the driver (validation, filing, the reaper's advance and dispatch) and awaits in between. The
 semantics stay those of a coroutine: nothing happens until it is first awaited.
 
 It sits low in the house: it imports nothing of aiowheel's at run time but the errors and the
-validators, and speaks to the engine through :class:`aiowheel._entry.Owner` and through the
-callables it is handed, so the engine, the entries and the Timer all call down into it.
+validators, and speaks to the driver only through the callables it is handed, so the driver,
+the entries and the Timer all call down into it and nothing here calls back up.
 
 :data:`DONE` is here too: what ``Timeout.__aexit__`` returns. That method does its work when
 called and returns an awaitable already finished, instead of being an ``async def``: a mypyc
@@ -38,7 +38,7 @@ from ._validate import seconds as _seconds
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from ._entry import Owner
+    from ._entry import Owner, Sleeper
     from ._validate import Seconds
 
 __all__ = [
@@ -85,17 +85,23 @@ def _finished() -> Awaitable[None]:
 DONE: Awaitable[None] = _finished()
 
 
-async def sleep(owner: Owner, seconds: Seconds, result: _T, *, until: bool) -> _T:
-    """The body of :meth:`Timer.sleep` (``seconds`` is a delay) and :meth:`Timer.sleep_until`
-    (``until``: ``seconds`` is a deadline). One coroutine per sleep."""
-    entry = owner._sleeper_at(seconds, result) if until else owner._sleeper_after(seconds, result)
+async def sleep(
+    file: Callable[[Seconds, _T], Sleeper | None],
+    unfile: Callable[[Sleeper], object],
+    seconds: Seconds,
+    result: _T,
+) -> _T:
+    """The body of :meth:`Timer.sleep` and :meth:`Timer.sleep_until`: ``file(seconds,
+    result)`` checks the loop and ``seconds`` and files the sleeper (the driver's synchronous
+    half, handed down by the Timer), ``unfile`` takes it out. One coroutine per sleep."""
+    entry = file(seconds, result)
     if entry is None:  # the deadline has passed: just yield once, as asyncio.sleep(0) does
         await asyncio.sleep(0)
         return result
     try:
         return await entry._future  # type: ignore[no-any-return]
     finally:
-        owner._unfile(entry)  # cancelled: the timer leaves the wheel at once
+        unfile(entry)  # cancelled: the timer leaves the wheel at once
 
 
 async def aclose(close: Callable[[], tuple[_T, asyncio.Task[None] | None]]) -> _T:
@@ -114,8 +120,8 @@ async def exit(close: Callable[[], tuple[object, asyncio.Task[None] | None]]) ->
 
 
 async def reap(waiter: Callable[[], Awaitable[None]], reap_due: Callable[[], None]) -> None:
-    """The reaper task: sleep until the earliest bucket is due (``waiter()``), let the engine
-    process it (``reap_due()``), forever. The engine owns the task's whole life."""
+    """The reaper task: sleep until the earliest bucket is due (``waiter()``), let the driver
+    process it (``reap_due()``), forever. aiowheel._reaper owns the task's whole life."""
     while True:
         await waiter()
         reap_due()
@@ -193,7 +199,7 @@ async def _cancel_and_wait(fut: asyncio.Future[_T]) -> None:
 async def next_tick(owner: Owner, deadline: float, advance: Callable[[float], None]) -> float:
     """The body of ``Interval.__anext__``: sleep until ``deadline``, then ``advance`` the
     schedule from the loop's clock."""
-    await sleep(owner, deadline, None, until=True)
+    await sleep(owner._sleeper_at, owner._unfile, deadline, None)
     advance(owner._loop_time())
     return deadline
 

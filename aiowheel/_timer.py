@@ -76,7 +76,16 @@ class Timer:
     ...         await timer.sleep(0.1)
     """
 
-    __slots__ = ("_driver", "_max_batch", "_site", "_slots", "_tick")
+    __slots__ = (
+        "_driver",
+        "_max_batch",
+        "_site",
+        "_sleep_after",
+        "_sleep_until",
+        "_slots",
+        "_tick",
+        "_unfile",
+    )
 
     def __init__(
         self,
@@ -102,6 +111,10 @@ class Timer:
         )
         # The driver's loop check (aiowheel._binding), asked first by every call.
         self._site: Final = self._driver.site
+        # What the sleeping coroutines are handed (aiowheel._awaiting): bound once, here.
+        self._sleep_after: Final = self._driver._sleeper_after
+        self._sleep_until: Final = self._driver._sleeper_at
+        self._unfile: Final = self._driver._unfile
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -232,11 +245,11 @@ class Timer:
 
         Cancelling the sleeping task takes its timer out of the wheel at once.
         """
-        return _awaiting.sleep(self._driver, deadline, result, until=True)
+        return _awaiting.sleep(self._sleep_until, self._unfile, deadline, result)
 
     def sleep(self, delay: Seconds, result: _T = None) -> Coroutine[Any, Any, _T]:  # type: ignore[assignment]
         """Sleep ``delay`` seconds, then return ``result``; like ``asyncio.sleep``."""
-        return _awaiting.sleep(self._driver, delay, result, until=False)
+        return _awaiting.sleep(self._sleep_after, self._unfile, delay, result)
 
     def schedule_at(
         self,
