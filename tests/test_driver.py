@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import os
 import random
 import threading
@@ -399,3 +400,50 @@ def test_a_wheel_timer_is_late_by_at_most_one_tick_where_the_loop_adds_nothing()
     assert min(ours) >= 0 and max(ours) <= tick + 1e-9, (min(ours), max(ours))
     assert max(ours) > tick / 2  # the rounding up to the tick is there to see
     assert all(abs(late) < 1e-9 for late in theirs)
+
+
+# -- the tick grid (aiowheel._grid) -------------------------------------------------------------
+
+
+def test_the_grid_rounds_a_deadline_up_and_a_reading_down() -> None:
+    from aiowheel._grid import Grid
+    from aiowheel._wheel import NEVER
+
+    grid = Grid(0.001)
+    grid.start(100.0)
+    assert grid.tick_for(100.007, 0) == 7  # a tick's own time is that tick, not the next
+    assert grid.tick_for(100.0071, 0) == 8  # anything past it: the next (never early)
+    assert grid.tick_for(math.inf, 5) == NEVER
+    assert grid.tick_for(-math.inf, 5) == 5  # already due: the tick processed
+    with pytest.raises(ValueError, match="NaN"):
+        grid.tick_for(math.nan, 0)
+    assert grid.reached(100.0069999999, NEVER) == 7  # within the epsilon of tick 7
+    assert grid.reached(100.0068, NEVER) == 6
+    assert grid.time_of(7) == pytest.approx(100.007)
+
+
+def test_the_grid_counts_the_wake_up_tick_reached_far_from_the_epoch() -> None:
+    # A virtual clock started at 1e9: the division reads 0.448 s past the epoch as just below
+    # tick 448, which the wake-up was filed for; the wake-up's own time decides.
+    from aiowheel._grid import Grid
+
+    grid = Grid(0.001)
+    grid.start(1e9)
+    now = grid.time_of(448)
+    assert grid.reached(now, 448) == 448
+    grid.rebase(2e9, 448)  # a new clock: the ticks processed stay processed
+    assert grid.time_of(448) == 2e9
+    assert grid.reached(2e9, 1 << 62) == 447  # the division alone falls short, as above
+    assert grid.reached(2e9, 448) == 448
+
+
+def test_the_grid_counts_lateness_from_the_pass_floor() -> None:
+    from aiowheel._grid import Grid
+
+    grid = Grid(0.001)
+    grid.start(10.0)
+    grid.passed(5)  # a pass processed up to tick 5: the floor is 10.005
+    assert grid.late(10.010, 10.008, 0.0) == pytest.approx(0.002)  # filed ahead: from its deadline
+    assert grid.late(10.010, 9.0, 0.0) == pytest.approx(0.005)  # filed already past: from the floor
+    assert grid.late(10.010, 10.008, 0.5) == 0.5  # the max so far stays
+    assert grid.lag(10.010, 7) == pytest.approx(0.003)
