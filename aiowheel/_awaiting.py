@@ -121,7 +121,8 @@ async def exit(close: Callable[[], tuple[object, asyncio.Task[None] | None]]) ->
 
 async def reap(waiter: Callable[[], Awaitable[None]], reap_due: Callable[[], None]) -> None:
     """The reaper task: sleep until the earliest bucket is due (``waiter()``), let the driver
-    process it (``reap_due()``), forever. aiowheel._reaper owns the task's whole life."""
+    process it (``reap_due()``), forever. The reaper's room (aiowheel/_reaper.py) owns the
+    task's whole life."""
     while True:
         await waiter()
         reap_due()
