@@ -371,15 +371,19 @@ class Driver(Owner):
 
     def call(
         self,
-        when: float,
+        time: float,
         callback: Callable[..., object],
         args: tuple[object, ...],
         context: contextvars.Context | None,
+        where: str,
+        later: bool,
     ) -> Handle:
-        """File ``callback(*args)`` for ``when`` (checked by the caller: a callable, a
-        context or None; NaN is refused here)."""
+        """File ``callback(*args)`` for the deadline ``time``, or ``time`` seconds from now
+        (``later``): the callback and context checked by the caller (a callable, a context or
+        None), not NaN; ``where`` names the function called, for debug mode's check."""
+        when = self._read() + time if later else time
         if self._debug:
-            _debug.check_not_coroutine_function(callback)
+            _debug.check_not_coroutine_function(callback, where)
         if self._limit != NO_LIMIT:
             self._admit(when)  # NaN, then the limit, against every pending timer
         filed: Any = self._store.file_call(when, callback, args, context)

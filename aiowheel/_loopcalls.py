@@ -120,7 +120,7 @@ class LoopCalls:
             if _callable(callback) and not self._site.closed:
                 if driver.debug:
                     self._debug_checks(callback, "call_at")
-                return driver.call(deadline, callback, args, context)
+                return driver.call(deadline, callback, args, context, "call_at()", False)
         elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
             pad = self._near_pad
             if pad and ahead > 0:  # a deadline already passed cannot be run early
@@ -151,7 +151,7 @@ class LoopCalls:
             if _callable(callback) and not self._site.closed:
                 if driver.debug:
                     self._debug_checks(callback, "call_later")
-                return driver.call(driver._now() + seconds_ahead, callback, args, context)
+                return driver.call(seconds_ahead, callback, args, context, "call_later()", True)
         elif seconds_ahead == seconds_ahead:  # near, and not NaN: straight to the loop's heap
             pad = self._near_pad
             if pad and seconds_ahead > 0:

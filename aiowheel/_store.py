@@ -200,11 +200,12 @@ class NativeStore(Store):
     """The wheel for the driver's entries, the native core for callback handles (made when
     the driver binds: :meth:`attach`; the read side answers for an empty core before)."""
 
-    __slots__ = ("_core",)
+    __slots__ = ("_core", "_file")
 
     def __init__(self, slots: int) -> None:
         super().__init__(slots)
         self._core: Any = None
+        self._file: Callable[..., Any] = _unbound
 
     def attach(
         self,
@@ -216,9 +217,11 @@ class NativeStore(Store):
     ) -> None:
         """Make the core, on the wheel's grid; it calls ``arm`` when it queues a bucket earlier
         than the armed wake-up, and ``claim`` for the thread check of a foreign cancel."""
-        self._core = native.Core(
+        self._core = core = native.Core(
             arm, tick, self.wheel.slots, epoch, _native_clock(clock), claim=claim
         )
+        # Bound once: the hot path calls it without looking the method up by name each time.
+        self._file = core.file
 
     def file_call(
         self,
@@ -228,7 +231,7 @@ class NativeStore(Store):
         context: contextvars.Context | None,
     ) -> Any:
         """The core files it (``NotImplemented`` past its grid: the wheel takes it)."""
-        return self._core.file(when, callback, args, context)
+        return self._file(when, callback, args, context)
 
     def take_handles(
         self, tick: int, now: float, floor: float, lateness: float
@@ -312,6 +315,11 @@ class NativeStore(Store):
         """See :meth:`Store.close`."""
         core = self._core
         return [] if core is None else list(core.close())
+
+
+def _unbound(*_: object) -> Any:
+    """A NativeStore's file_call before it is attached: the wheel takes the timer."""
+    return NotImplemented
 
 
 def _native_clock(clock: Callable[[], float]) -> Callable[[], float] | None:

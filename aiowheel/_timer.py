@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from . import _awaiting, _debug, _validate
+from . import _awaiting, _validate
 from ._build import COMPILED_MODULES, is_compiled
 from ._dispatch import DEFAULT_MAX_BATCH
 from ._driver import NO_LIMIT, Driver
@@ -214,9 +214,7 @@ class Timer:
             raise ValueError("call_at(): deadline must not be NaN")
         if not _callable(callback) or (context is not None and type(context) is not Context):
             _validate.call(callback, context, "call_at()")  # raises, naming the argument
-        if driver.debug:
-            _debug.check_not_coroutine_function(callback, "call_at()")
-        return driver.call(when, callback, args, context)
+        return driver.call(when, callback, args, context, "call_at()", False)
 
     def call_later(
         self,
@@ -236,9 +234,7 @@ class Timer:
             raise ValueError("call_later(): delay must not be NaN")
         if not _callable(callback) or (context is not None and type(context) is not Context):
             _validate.call(callback, context, "call_later()")  # raises, naming the argument
-        if driver.debug:
-            _debug.check_not_coroutine_function(callback, "call_later()")
-        return driver.call(driver._now() + delay, callback, args, context)
+        return driver.call(delay, callback, args, context, "call_later()", True)
 
     def sleep_until(self, deadline: Seconds, result: _T = None) -> Coroutine[Any, Any, _T]:  # type: ignore[assignment]
         """Sleep until ``loop.time() >= deadline``, then return ``result`` (a coroutine).
