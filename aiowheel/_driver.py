@@ -378,18 +378,15 @@ class Driver(Owner):
         where: str,
         later: bool,
     ) -> Handle:
-        """File ``callback(*args)`` for the deadline ``time``, or ``time`` seconds from now
-        (``later``): the callback and context checked by the caller (a callable, a context or
-        None), not NaN; ``where`` names the function called, for debug mode's check."""
+        """File ``callback(*args)`` at ``time``, or ``time`` seconds from now (``later``);
+        checked by the caller but for debug mode's check (named by ``where``)."""
         when = self._read() + time if later else time
         if self._debug:
             _debug.check_not_coroutine_function(callback, where)
         if self._limit != NO_LIMIT:
             self._admit(when)  # NaN, then the limit, against every pending timer
         filed: Any = self._store.file_call(when, callback, args, context)
-        if filed is NotImplemented:
-            # No core, or 2**62 ticks past the epoch (beyond its grid), or a limit to count
-            # against: the wheel holds it, as the pure-Python build does.
+        if filed is NotImplemented:  # no core, or beyond its grid: the wheel holds it
             return self._call_in_wheel(when, callback, args, context)
         handle: Handle = filed
         origins = self._origins
