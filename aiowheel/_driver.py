@@ -124,8 +124,7 @@ class Driver(Owner):
         self._cancelled_on_close = 0
         self._wakeups = 0
         self._max_lateness = 0.0
-        # Loop lag: how late the passes that fired timers ran (aiowheel._observe; its listener
-        # is set through aiowheel._view).
+        # Loop lag: how late the passes that fired timers ran (its listener: aiowheel._view).
         self.lag: Final = LagHistogram(0.0)
         # Where each pending timer was filed from, while origin tracking is on (debug mode or
         # aiowheel.track_origins); None otherwise, and then filing pays one comparison.
