@@ -52,14 +52,14 @@ from collections.abc import Callable, Coroutine
 from math import ceil
 from typing import Any, Final
 
-from . import _debug, _dispatch, _validate
+from . import _debug, _dispatch
 from ._binding import Binding
 from ._clock import Clock, clock_for
 from ._dispatch import Dispatch
-from ._entry import Owner, Sleeper, _Timed
+from ._entry import Owner, _Timed
 from ._errors import PendingLimitError
 from ._grid import EPSILON, Grid
-from ._handles import EMPTY_CONTEXT, Handle, Scheduled, TimerHandle, _Call
+from ._handles import EMPTY_CONTEXT, Handle, TimerHandle, _Call
 from ._observe import LagHistogram
 from ._reaper import Reaper
 from ._store import store_for
@@ -410,50 +410,6 @@ class Driver(Owner):
         assert call is not None
         self._insert(call, tick)
         return handle
-
-    def schedule(
-        self,
-        when: float,
-        target: Coroutine[Any, Any, Any] | Callable[..., Any],
-        args: tuple[object, ...],
-    ) -> asyncio.Future[Any]:
-        """File a :class:`~aiowheel._handles.Scheduled` start of ``target`` (checked by the
-        caller) for ``when``; the future the user holds."""
-        tick = self._admit(when)
-        loop = self.site.bound
-        assert loop is not None
-        future: asyncio.Future[Any] = loop.create_future()
-        self._insert(Scheduled(when, future, target, args, _copy_context(), self), tick)
-        return future
-
-    def _sleeper_at(self, deadline: _validate.Seconds, result: object) -> Sleeper | None:
-        if not self.site.on_loop():
-            self.site.check_loop()
-        if not isinstance(deadline, float):
-            deadline = _validate.seconds("sleep_until(): deadline", deadline)
-        if deadline != deadline:
-            raise ValueError("sleep_until(): deadline must not be NaN")
-        return self._sleeper(deadline, result)
-
-    def _sleeper_after(self, delay: _validate.Seconds, result: object) -> Sleeper | None:
-        if not self.site.on_loop():
-            self.site.check_loop()
-        if not isinstance(delay, float):
-            delay = _validate.seconds("sleep(): delay", delay)
-        if delay != delay:
-            raise ValueError("sleep(): delay must not be NaN")
-        return self._sleeper(self._read() + delay, result)
-
-    def _sleeper(self, deadline: float, result: object) -> Sleeper | None:
-        """File a sleeper for ``deadline``; None if it has passed (then just yield once)."""
-        tick = self._admit(deadline)
-        if deadline <= self._read():
-            return None
-        loop = self.site.bound
-        assert loop is not None
-        entry = Sleeper(deadline, loop.create_future(), result)
-        self._insert(entry, tick)
-        return entry
 
     # -- the wake-up (aiowheel._reaper) and the pass it runs ---------------------------------------
 

@@ -28,7 +28,7 @@ import contextvars
 from collections.abc import Coroutine
 from typing import Any
 
-from . import _wheel
+from . import _validate, _wheel
 from ._validate import Seconds
 
 __all__ = ["Owner", "Sleeper", "_Timed"]
@@ -186,12 +186,33 @@ class Owner:
         raise NotImplementedError
 
     # -- the synchronous halves of the sleeping coroutines (aiowheel._awaiting) -----------------
+    # Written here once, from the operations above: a sleeper is an entry like any other.
 
     def _sleeper_at(self, deadline: Seconds, result: object) -> Sleeper | None:
         """Check the loop and ``deadline``, and file a sleeper for it; None if it has passed
         (the coroutine then yields once, as ``asyncio.sleep(0)`` does)."""
-        raise NotImplementedError
+        loop = self._running_loop()
+        if not isinstance(deadline, float):
+            deadline = _validate.seconds("sleep_until(): deadline", deadline)
+        if deadline != deadline:
+            raise ValueError("sleep_until(): deadline must not be NaN")
+        return self._sleeper(loop, deadline, result)
 
     def _sleeper_after(self, delay: Seconds, result: object) -> Sleeper | None:
         """:meth:`_sleeper_at` for ``delay`` seconds from now."""
-        raise NotImplementedError
+        loop = self._running_loop()
+        if not isinstance(delay, float):
+            delay = _validate.seconds("sleep(): delay", delay)
+        if delay != delay:
+            raise ValueError("sleep(): delay must not be NaN")
+        return self._sleeper(loop, self._now() + delay, result)
+
+    def _sleeper(
+        self, loop: asyncio.AbstractEventLoop, deadline: float, result: object
+    ) -> Sleeper | None:
+        """File a sleeper for ``deadline``; None if it has passed (nothing is filed then)."""
+        if deadline <= self._now():
+            return None
+        entry = Sleeper(deadline, loop.create_future(), result)
+        self._file(entry, deadline)
+        return entry

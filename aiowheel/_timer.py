@@ -23,7 +23,7 @@ from ._build import COMPILED_MODULES, is_compiled
 from ._dispatch import DEFAULT_MAX_BATCH
 from ._driver import NO_LIMIT, Driver
 from ._errors import PendingLimitError, TimerClosedError
-from ._handles import Handle
+from ._handles import Handle, Scheduled
 from ._periodic import Interval, PeriodicHandle, Watchdog, _Schedule
 from ._timeout import Timeout
 from ._validate import Count, Name, Seconds, seconds
@@ -294,7 +294,15 @@ class Timer:
             if asyncio.iscoroutine(coro_or_function):
                 coro_or_function.close()
             raise
-        return self._driver.schedule(deadline, coro_or_function, args)
+        # A Scheduled start is filed like any entry (the driver refuses it at max_pending).
+        driver = self._driver
+        loop = driver._running_loop()
+        future: asyncio.Future[_T] = loop.create_future()
+        scheduled = Scheduled(
+            deadline, future, coro_or_function, args, contextvars.copy_context(), driver
+        )
+        driver._file(scheduled, deadline)
+        return future
 
     def schedule_later(
         self,

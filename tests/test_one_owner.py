@@ -188,9 +188,9 @@ def _spans(path: Path) -> list[tuple[str, str, int]]:
 # Classes over ~450 lines and functions over ~60 (issue 40), each with the size it must not
 # grow past and why it is still there: a ratchet, lowered as each is taken apart.
 OVERSIZE = {
-    # file, move, unfile, the pass and closing, the makers of each kind of entry (call,
-    # schedule, sleep), and the set-up on binding: the makers are the next piece to carve out.
-    "_driver:Driver": 510,
+    # file, move, unfile, the pass, closing, the callback maker and the set-up on binding:
+    # about the bound (466 lines); the set-up on binding is the next piece to carve out.
+    "_driver:Driver": 470,
     "pytest:pytest_addoption": 84,  # one option table, read top to bottom
     "_purgatory:Purgatory.wait": 64,  # the checks of a public call, in the order they run
     "asgi:_Settings.__init__": 64,  # a middleware's documented parameters, checked once
