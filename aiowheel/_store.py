@@ -105,11 +105,6 @@ class Store:
         return self.wheel.elapsed
 
     @property
-    def slots(self) -> int:
-        """Buckets per level."""
-        return self.wheel.slots
-
-    @property
     def count(self) -> int:
         """The wheel's pending entries (the store's own, without the core's handles)."""
         return len(self.wheel)
