@@ -351,14 +351,14 @@ class Driver(Owner):
     def _unfile(self, entry: _Timed) -> bool:
         """Take ``entry`` out of the store if it is in it; True if it was. Like asyncio's, a
         ``cancel()`` is not thread-safe: checked in debug mode, and always on a free-threaded
-        build, where another thread's raises before anything changes."""
-        if entry._prev is not None:
-            if (self._debug or FREE_THREADED) and get_ident() != self._loop_thread.ident:
-                with self._loop_thread.lock:  # the take-over and the removal, as one
-                    self.site.claim(FOREIGN_CANCEL)
-                    return entry._prev is not None and self._store.remove(entry)
-            return self._store.remove(entry)
-        return False
+        build, where another thread's raises before anything changes. Checked before the entry
+        is looked at: one the loop's pass is taking out at this moment must not read as
+        already out to another thread, whose cancel would then race the run."""
+        if (self._debug or FREE_THREADED) and get_ident() != self._loop_thread.ident:
+            with self._loop_thread.lock:  # the take-over and the removal, as one
+                self.site.claim(FOREIGN_CANCEL)
+                return entry._prev is not None and self._store.remove(entry)
+        return entry._prev is not None and self._store.remove(entry)
 
     def _claim_for_cancel(self) -> None:
         """The native core's thread check of a cancel() from another thread."""
