@@ -102,12 +102,6 @@ class View:
         """The lag listener set, or None."""
         return self._driver.lag.listener
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, View) and other._driver is self._driver
-
-    def __hash__(self) -> int:
-        return id(self._driver)
-
 
 def views_of(loop: asyncio.AbstractEventLoop) -> list[View]:
     """A view of each open driver bound to ``loop``."""
