@@ -135,6 +135,9 @@ def test_the_gil_stays_off_after_import_and_a_loop_mode_program(name: str) -> No
 # -- one loop per thread ------------------------------------------------------------------------
 
 
+DOG_TIMEOUT = 0.2
+
+
 async def _a_loops_work(index: int) -> dict[str, Any]:
     """A little of everything, on the running loop-mode loop; what it saw."""
     loop = asyncio.get_running_loop()
@@ -160,9 +163,13 @@ async def _a_loops_work(index: int) -> dict[str, Any]:
     beats: list[float] = []
     beat = timer.every(0.02, lambda: beats.append(loop.time()))
     dog_fired: list[int] = []
-    dog = timer.watchdog(0.05, dog_fired.append, index)
-    for _ in range(10):
+    fed = loop.time()  # read before each feed, so a gap measured is never shorter than the dog's
+    dog = timer.watchdog(DOG_TIMEOUT, dog_fired.append, index)
+    longest_hunger = 0.0
+    for _ in range(20):  # fed for 0.3 s: longer than the timeout, so feeding is what keeps it quiet
         await aiowheel.sleep(0.015)
+        longest_hunger = max(longest_hunger, loop.time() - fed)
+        fed = loop.time()
         dog.feed()
     beat.cancel()
     dog.cancel()
@@ -172,6 +179,7 @@ async def _a_loops_work(index: int) -> dict[str, Any]:
         "fired": fired,
         "beats": beats,
         "dog": dog_fired,
+        "longest_hunger": longest_hunger,
         "pending": len(timer),
     }
 
@@ -180,7 +188,11 @@ def _check_a_loops_work(seen: dict[str, Any]) -> None:
     assert len(seen["fired"]) == 100, len(seen["fired"])
     assert all(at >= deadline for deadline, at in seen["fired"]), "a timer fired early"
     assert len(seen["beats"]) >= 2, seen["beats"]
-    assert seen["dog"] == [], "a fed watchdog fired"
+    # A starved thread (ASan, a loaded 2-core machine) can sleep past the timeout between two
+    # feeds, and then the dog is right to fire. What must never happen is a fire with every gap
+    # between feeds inside the timeout.
+    if seen["dog"]:
+        assert seen["longest_hunger"] >= DOG_TIMEOUT, ("a fed watchdog fired", seen)
     assert seen["pending"] == 0
 
 
