@@ -72,6 +72,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -146,6 +147,8 @@ class Hub:
         self.beats: list[float] = []
         self.expiries: list[float] = []
         self.lags: list[float] = []
+        self.lag_times: list[float] = []  # the loop's time of each lag probe
+        self.expire_times: list[float] = []  # the loop's time of each idle timeout's firing
         self.messages = 0
         self.reset_ns = 0
         self.cpu = time.process_time()
@@ -171,9 +174,19 @@ class Hub:
             "expiries": summary([x * 1e3 for x in self.expiries]),
             "early_expiries": sum(x < 0 for x in self.expiries),
             "lag": summary([x * 1e3 for x in self.lags]),
+            "closing_lag": summary([x * 1e3 for x in self.closing_lags()]),
             "tick_ms": 0.0 if timer is None else timer.tick * 1e3,
             "rss_mib": _rss_mib(os.getpid()), "loop": type(loop).__name__,
         }  # fmt: skip
+
+    def closing_lags(self) -> list[float]:
+        """The probe's lags while the idle timeouts fired (first firing to last): how long the
+        server's loop was blocked in the window the live messages are measured in."""
+        if not self.expire_times:
+            return []
+        first, last = min(self.expire_times), max(self.expire_times)
+        return [lag for at, lag in zip(self.lag_times, self.lags, strict=True)
+                if first <= at <= last]  # fmt: skip
 
 
 class Connection:
@@ -211,7 +224,9 @@ class Connection:
         self.beat = self.loop.call_at(self.beat_due, self.ping)
 
     def expire(self) -> None:
-        self.hub.expiries.append(self.loop.time() - self.idle_due)
+        now = self.loop.time()
+        self.hub.expiries.append(now - self.idle_due)
+        self.hub.expire_times.append(now)
         self.beat.cancel()
         self.transport.write(b"\x88\x02\x03\xe9")  # close 1001, going away
         self.transport.close()
@@ -258,6 +273,7 @@ def serve(args: argparse.Namespace) -> None:
         def probe() -> None:
             now = loop.time()
             hub.lags.append(now - due[0])
+            hub.lag_times.append(now)
             due[0] = now + PROBE
             loop.call_at(due[0], probe)
 
@@ -460,6 +476,17 @@ class Swarm:
 
         for conn in live:
             handles.append(loop.call_later(random.uniform(0, interval), talk, conn))
+        # This client's own loop lag: a live message's latency is the server's delay plus the
+        # time its echo waits here, and the client shares the two cores with the server.
+        lags: list[tuple[float, float]] = []  # (perf_counter, how late)
+
+        def probe(due: float) -> None:
+            now = loop.time()
+            lags.append((time.perf_counter(), now - due))
+            if self.recording:
+                handles.append(loop.call_at(now + PROBE, probe, now + PROBE))
+
+        probe(loop.time())
         while time.perf_counter() - blip < wait:
             if all(conn.closed_at is not None for conn in silent):
                 break
@@ -475,12 +502,14 @@ class Swarm:
         first, last = blip + min(closes, default=0.0), blip + max(closes, default=0.0)
         closing = [lat for lat, sent in zip(self.latencies, self.sent, strict=True)
                    if first <= sent <= last]  # fmt: skip
+        closing_lags = [lag * 1e3 for at, lag in lags if first <= at <= last]
         return {"silent": len(silent), "silent_closed": len(closes),
                 "last_close_s": max(closes, default=float("nan")),
                 "first_close_s": min(closes, default=float("nan")),
                 "live": len(live), "live_lost": self.lost(live),
                 "latencies_ms": _sample([x * 1e3 for x in self.latencies]),
-                "closing_latencies_ms": _sample([x * 1e3 for x in closing])}  # fmt: skip
+                "closing_latencies_ms": _sample([x * 1e3 for x in closing]),
+                "closing_lag": summary(closing_lags)}  # fmt: skip
 
 
 def _sample(values: list[float], most: int = 50_000) -> list[float]:
@@ -601,39 +630,48 @@ TIMER_FRAMES = ("touch (", "ping (", "expire (", "call_at (", "call_later (", "c
                 "_timer_handle_cancelled (", "heappush", "heappop", "heapify")  # fmt: skip
 
 
-def profile_start(pid: int, contender: str, args: argparse.Namespace) -> Any:
-    """Start ``py-spy record`` on the server for the chatty phase (None without --profile)."""
+def profile_start(pid: int, name: str, seconds: float, args: argparse.Namespace) -> Any:
+    """Start ``py-spy record`` on the server for ``seconds`` (None without --profile)."""
     if not args.profile:
         return None
     args.profile.mkdir(parents=True, exist_ok=True)
-    out = args.profile / f"{contender.replace('/', '-')}.txt"
+    out = args.profile / f"{name.replace('/', '-')}.txt"
     spy = shutil.which("py-spy")
     if spy is None:
         raise SystemExit("--profile needs py-spy on PATH (pip install py-spy)")
-    seconds = str(max(1, round(args.chatty_seconds)))
-    command = [spy, "record", "--pid", str(pid), "--duration", seconds, "--rate", "200",
+    command = [spy, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
+               "--rate", "200",
                "--format", "raw", "--nonblocking", "-o", str(out)]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out
 
 
 def profile_read(spy: Any) -> dict[str, Any] | None:
-    """The samples' share in timer frames, and the functions most samples end in."""
+    """The samples' share in timer frames, the functions most samples end in (self time) and
+    the functions most samples pass through (inclusive time)."""
     if spy is None:
         return None
     proc, out = spy
     proc.wait(timeout=120)
-    total, timers, leaves = 0, 0, {}
+    total, timers = 0, 0
+    leaves: dict[str, int] = {}
+    through: dict[str, int] = {}
     for line in out.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         n = int(count)
         total += n
         if any(frame in stack for frame in TIMER_FRAMES):
             timers += n
-        leaf = stack.rsplit(";", 1)[-1]
-        leaves[leaf] = leaves.get(leaf, 0) + n
-    top = sorted(leaves.items(), key=lambda item: -item[1])[:12]
+        frames = stack.split(";")
+        leaves[frames[-1]] = leaves.get(frames[-1], 0) + n
+        for frame in set(frames):
+            through[frame] = through.get(frame, 0) + n
+
+    def top(counts: dict[str, int], most: int) -> list[tuple[str, float]]:
+        ordered = sorted(counts.items(), key=lambda item: -item[1])[:most]
+        return [(frame, n / total) for frame, n in ordered]
+
     return {"samples": total, "timer_share": timers / total if total else 0.0,
-            "top": [(leaf, n / total) for leaf, n in top]}  # fmt: skip
+            "top": top(leaves, 12), "inclusive": top(through, 25)}  # fmt: skip
 
 
 def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[str, Any]:
@@ -649,14 +687,24 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
         idle = clients.same(do="idle", seconds=args.idle_seconds)
         s_idle = stats(port, reset=True)
         # chatty (profiled from outside by py-spy with --profile: it slows nothing it samples)
-        spy = profile_start(server.pid, contender, args)
+        spy = profile_start(server.pid, contender, args.chatty_seconds, args)
         chat = clients.same(do="chatty", seconds=args.chatty_seconds)
         profile = profile_read(spy)
         s_chat = stats(port, reset=True)
-        # mass expiry
+        # mass expiry (profiled from just before the first idle timeout is due, for 4 s: the
+        # closes, and the live messages beside them)
+        closing_spy: list[Any] = []
+        starter = threading.Timer(args.idle_timeout - 0.5, lambda: closing_spy.append(
+            profile_start(server.pid, f"{contender}-closing", 4, args)))  # fmt: skip
+        starter.start()
         wait = args.idle_timeout * 2 + 5
-        exp = clients.same(do="expire", share=args.silent_share, interval=args.live_interval,
-                           wait=wait)  # fmt: skip
+        try:
+            exp = clients.same(do="expire", share=args.silent_share,
+                               interval=args.live_interval, wait=wait)  # fmt: skip
+        finally:
+            starter.cancel()
+            starter.join()
+        closing_profile = profile_read(closing_spy[0] if closing_spy else None)
         s_exp = stats(port, reset=True)
     finally:
         stop_server(server)
@@ -690,6 +738,9 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
         "live_msgs": live_lat["n"],
         "live_closing_p99_ms": closing_lat["p99"],
         "live_closing_msgs": closing_lat["n"],
+        "closing_server_lag_max_ms": s_exp["closing_lag"]["max"],
+        "closing_client_lag_max_ms": max((c["closing_lag"]["max"] for c in exp
+                                          if c["closing_lag"]["n"]), default=float("nan")),
     }
     loop_mode = contender.startswith("loop-mode")
     problems = []
@@ -711,7 +762,7 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
     if s_exp["loop"].startswith("Wheel") != loop_mode:
         problems.append(f"the server ran {s_exp['loop']}, not {contender}")
     return {"figures": figures, "problems": problems, "closed_why": idle[-1]["reasons"],
-            "profile": profile,
+            "profile": profile, "closing_profile": closing_profile,
             "server": {"connect": s_connect, "idle": s_idle, "chatty": s_chat,
                        "expiry": s_exp}}  # fmt: skip
 
@@ -729,6 +780,8 @@ SHOWN = (
     ("expiry", "expiry_bound_ms", "bound ms", 2), ("expiry", "early_expiries", "early", 0),
     ("expiry", "live_p99_ms", "live p99 ms", 1),
     ("expiry", "live_closing_p99_ms", "live p99 while closing ms", 1),
+    ("expiry", "closing_server_lag_max_ms", "server loop lag max while closing ms", 1),
+    ("expiry", "closing_client_lag_max_ms", "client loop lag max while closing ms", 1),
 )  # fmt: skip
 
 
@@ -803,8 +856,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--live-interval", type=float, default=1.0,
                         help="mass expiry: s between a live connection's messages")  # fmt: skip
     parser.add_argument("--json", type=Path, help="write the figures here")
-    parser.add_argument("--profile", type=Path, help="py-spy the chatty phase's server into "
-                        "this directory (timer frames' share of the samples)")  # fmt: skip
+    parser.add_argument("--profile", type=Path, help="py-spy the server into this directory: "
+                        "the chatty phase, and the mass expiry's closes (timer frames' share "
+                        "of the samples, self and inclusive tops)")  # fmt: skip
     parser.add_argument("--plot", type=Path, help="draw the figures here (matplotlib)")
     parser.add_argument("--markdown", type=Path, help="only print a run's JSON as a table")
     parser.add_argument("--fds", type=int, default=0, help=argparse.SUPPRESS)
@@ -858,11 +912,15 @@ def main(argv: list[str]) -> int:
                       + (f"; FAILED: {'; '.join(result['problems'])}"
                                                       if result["problems"] else ""),
                       flush=True)  # fmt: skip
-                if result["profile"]:
-                    spied = result["profile"]
-                    print(f"  py-spy, chatty: {spied['timer_share']:.1%} of {spied['samples']} "
+                for phase, key in (("chatty", "profile"), ("closing", "closing_profile")):
+                    spied = result.get(key)
+                    if not spied:
+                        continue
+                    print(f"  py-spy, {phase}: {spied['timer_share']:.1%} of {spied['samples']} "
                           "samples in timer frames; most samples end in: " + "; ".join(
-                              f"{leaf} {share:.1%}" for leaf, share in spied["top"][:6]),
+                              f"{leaf} {share:.1%}" for leaf, share in spied["top"][:6])
+                          + "; most pass through: " + "; ".join(
+                              f"{frame} {share:.1%}" for frame, share in spied["inclusive"][:12]),
                           flush=True)  # fmt: skip
                 failures += [f"{name} round {round_no + 1}: {p}" for p in result["problems"]]
     finally:
