@@ -645,6 +645,11 @@ def profile_start(pid: int, name: str, seconds: float, args: argparse.Namespace)
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out
 
 
+def _function(frame: str) -> str:
+    """A py-spy frame without its line number: ``f (file.py:12)`` -> ``f (file.py)``."""
+    return re.sub(r":\d+\)$", ")", frame)
+
+
 def profile_read(spy: Any) -> dict[str, Any] | None:
     """The samples' share in timer frames, the functions most samples end in (self time) and
     the functions most samples pass through (inclusive time)."""
@@ -663,8 +668,8 @@ def profile_read(spy: Any) -> dict[str, Any] | None:
             timers += n
         frames = stack.split(";")
         leaves[frames[-1]] = leaves.get(frames[-1], 0) + n
-        for frame in set(frames):
-            through[frame] = through.get(frame, 0) + n
+        for function in {_function(frame) for frame in frames}:
+            through[function] = through.get(function, 0) + n
 
     def top(counts: dict[str, int], most: int) -> list[tuple[str, float]]:
         ordered = sorted(counts.items(), key=lambda item: -item[1])[:most]
