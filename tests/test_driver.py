@@ -196,6 +196,38 @@ async def test_use_from_another_thread_raises() -> None:
         assert len(timer) == 0
 
 
+async def test_a_foreign_unfile_is_refused_even_for_an_entry_already_out() -> None:
+    """The order of the foreign-cancel check (3.14t CI, the pure build): another thread's
+    ``cancel()`` read its handle pending, the loop's pass took the entry out to run it, and
+    the driver, finding it out, answered "not filed" unchecked, so the cancel went on and
+    marked a running handle cancelled. The driver checks the thread first: refused (debug
+    mode here, as asyncio checks threads with the GIL), whatever the entry's state."""
+    from aiowheel._entry import Sleeper
+
+    loop = asyncio.get_running_loop()
+    loop.set_debug(True)
+    try:
+        async with Timer() as timer:
+            out = Sleeper(loop.time(), loop.create_future(), None)  # in no store: the pass's
+            errors: list[BaseException] = []
+            answers: list[bool] = []
+
+            def other() -> None:
+                try:
+                    answers.append(timer._driver._unfile(out))
+                except RuntimeError as exc:
+                    errors.append(exc)
+
+            thread = threading.Thread(target=other)
+            thread.start()
+            thread.join()
+            assert answers == [], "another thread's unfile was answered, not refused"
+            assert len(errors) == 1 and "thread" in str(errors[0]), errors
+            assert timer._driver._unfile(out) is False  # the loop's own thread: just "not in"
+    finally:
+        loop.set_debug(False)
+
+
 def test_every_entry_point_outside_a_loop_raises_runtime_error() -> None:
     timer = Timer()
     calls = [*_entry_points(timer), lambda: timer.schedule_at(1e9, print)]
