@@ -892,6 +892,13 @@ def main(argv: list[str]) -> int:
     args.fds = args.connections // CLIENTS + 4096
     fds = raise_fd_limit(args.fds)
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    # The server holds every connection in one process: refuse a count it cannot open at
+    # once, rather than failing after the first phase's minute of connecting.
+    server_fds = raise_fd_limit(args.connections + 4096)
+    if server_fds < args.connections + 64:
+        parser.error(f"{args.connections:,} connections need as many descriptors in the "
+                     f"server process; this machine allows {server_fds:,} per process (hard "
+                     f"limit {hard:,}, which this user may not raise)")  # fmt: skip
     print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"{os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB, "
           f"open files {fds} (hard {hard}); {args.connections:,} connections over {CLIENTS} "
