@@ -33,6 +33,7 @@ import asyncio
 import importlib
 import json
 import os
+import signal
 import sys
 import unittest
 from typing import Any
@@ -86,6 +87,12 @@ def main() -> None:
     parser.add_argument("tests", nargs="+", help="test_tasks, or test_tasks.Class.test_name")
     args = parser.parse_args()
 
+    # CPython's tests assume Python's own SIGINT handler: test_runners interrupts itself with
+    # _thread.interrupt_main(), which does nothing where SIGINT is ignored, and the test then
+    # spins for ever on a mock selector, its memory growing. A shell without job control
+    # starts its background jobs with SIGINT ignored, and that is inherited (a CI run started
+    # with `&` reached 12 GB and the OOM killer).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     made: list[Any] = []
     _inject(_counting_class(args.loop, args.mode, made))
 
