@@ -272,8 +272,9 @@ class Timer:
         """:meth:`schedule_at`'s checks, named by the function called (``where``), then the
         filing; a refused coroutine object is closed (it will never run, so no "never
         awaited" warning either)."""
+        driver = self._driver
         try:
-            self._driver._running_loop()
+            loop = driver._running_loop()
             if asyncio.iscoroutine(coro_or_function):
                 if args:
                     raise TypeError(f"{where}: takes no args with a coroutine object")
@@ -288,15 +289,13 @@ class Timer:
             else:
                 delay = seconds("schedule_later(): delay", when)
                 deadline = _validate.not_nan(
-                    self._driver._loop_time() + delay, "schedule_later(): delay"
+                    driver._loop_time() + delay, "schedule_later(): delay"
                 )
         except BaseException:
             if asyncio.iscoroutine(coro_or_function):
                 coro_or_function.close()
             raise
         # A Scheduled start is filed like any entry (the driver refuses it at max_pending).
-        driver = self._driver
-        loop = driver._running_loop()
         future: asyncio.Future[_T] = loop.create_future()
         scheduled = Scheduled(
             deadline, future, coro_or_function, args, contextvars.copy_context(), driver
