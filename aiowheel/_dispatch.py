@@ -9,17 +9,23 @@ each in deadline order: :func:`merge` makes them one.
 
 The backlog. With ``max_batch`` set, a pass with more due callbacks than that runs them
 ``max_batch`` per loop iteration (:class:`Backlog`), in deadline order, and the loop polls its
-I/O in between. A fair share keeps timers from starving on a loop saturated with I/O: when the
-rest of the loop took more than ``FAIR_FLOOR`` since the last chunk, further chunks run until
-the backlog has had as much time as the rest (one chunk per iteration against iterations of
-20 ms of reads would let heartbeats come due faster than they run: the hub benchmark's mass
-expiry showed it).
+I/O in between. The pace keeps timers from starving on a loop saturated with I/O: each
+iteration runs one chunk, and one more for every ``PACE`` seconds the backlog's first callback
+is late, so the backlog runs faster exactly while it falls behind, until it keeps up.
+
+Why lateness and not time. The first pace gave the backlog as much time as the rest of the
+loop had taken since its last chunk. That share counts as "the rest" the work the backlog's
+own callbacks leave behind (an idle timeout closes its connection in microseconds; the close's
+cleanup runs on the next iteration and costs more) and hands it back as backlog time, while
+lateness grows only when callbacks come due faster than they run. On the hub benchmark's mass
+expiry the lateness pace cut the live messages' latency while the closes ran (the performance
+page, "Pacing the backlog"). One chunk per iteration and nothing more starves instead: against
+iterations of 20 ms of reads, heartbeats came due faster than they ran there.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from math import inf
 from typing import Any, Final
@@ -30,7 +36,7 @@ from ._wheel import Entry
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
-    "FAIR_FLOOR",
+    "PACE",
     "Backlog",
     "Dispatch",
     "in_deadline_order",
@@ -44,11 +50,14 @@ as asyncio runs every timer due in one iteration. A server that expires thousand
 once sets it (see docs/loop-mode.md); a bound costs a program that runs a big due batch of cheap
 callbacks one loop iteration per chunk."""
 
-FAIR_FLOOR: Final = 0.002
-"""Below this much time taken by the rest of the loop since the last chunk, one chunk per
-iteration (the I/O between costs little); above it, as much time as the rest took."""
+PACE: Final = 0.02
+"""For every this many seconds the backlog's first callback is late, one more chunk runs in an
+iteration (one runs when it is on time)."""
 
-_perf_counter: Final = time.perf_counter
+
+def _no_clock() -> float:
+    """The backlog's clock before its first pass: nothing waits, so nothing reads it."""
+    return 0.0
 
 
 def deadline_of(entry: Entry) -> float:
@@ -128,10 +137,10 @@ class Backlog:
         "_at",
         "_items",
         "_native",
+        "_now",
         "_queued",
         "_run_native",
         "_whens",
-        "_yielded",
         "max_batch",
     )
 
@@ -139,13 +148,14 @@ class Backlog:
         self.max_batch: Final = max_batch
         self._run_native: Final = run_native
         # Those before _at have run; _native: every one is a core handle; _queued: run() is
-        # queued on the loop (call_soon); _yielded: when the last chunk ended.
+        # queued on the loop (call_soon); _now: the clock the deadlines are on (the driver's,
+        # handed over with each pass: a loop's clock can be replaced).
         self._items: list[Any] = []
         self._whens: list[float] = []
         self._at = 0
         self._native = True
         self._queued = False
-        self._yielded = 0.0
+        self._now: Callable[[], float] = _no_clock
 
     def waiting(self) -> bool:
         """Whether callbacks wait in the backlog."""
@@ -164,7 +174,6 @@ class Backlog:
             self._items = items
             self._whens = whens
             self._at = 0
-            self._yielded = _perf_counter()  # a new backlog owes nothing yet
         elif not whens or whens[0] >= backlog_when[-1]:
             backlog.extend(items)  # nearly always: later than every one still waiting
             backlog_when.extend(whens)
@@ -172,9 +181,13 @@ class Backlog:
             self._items, self._whens = merge(backlog[at:], backlog_when[at:], items, whens)
             self._at = 0
 
-    def schedule(self, loop: asyncio.AbstractEventLoop, inline: bool) -> None:
+    def schedule(
+        self, loop: asyncio.AbstractEventLoop, inline: bool, now: Callable[[], float]
+    ) -> None:
         """Start running the backlog: now (``inline``: loop mode's reaper runs in a loop
-        callback already) or as a loop callback, unless one is queued."""
+        callback already) or as a loop callback, unless one is queued. ``now`` reads the clock
+        the deadlines are on."""
+        self._now = now
         if self._queued:
             return
         if inline:
@@ -188,13 +201,15 @@ class Backlog:
         reaper); if more wait, queue itself on the loop again, so that the loop polls its I/O
         and runs what that woke before the next chunk. SystemExit or KeyboardInterrupt leaves
         the loop as from any loop callback; the rest of the chunk and of the backlog run on the
-        loop's next iteration, in order. A fair share beyond one chunk (the module docstring).
+        loop's next iteration, in order. One more chunk for every ``PACE`` seconds the first is
+        late (the module docstring).
         """
         self._queued = False
-        started = _perf_counter()
-        owed = started - self._yielded
-        if owed < FAIR_FLOOR:
-            owed = 0.0
+        chunks = 1
+        if self._at < len(self._whens):
+            late = self._now() - self._whens[self._at]
+            if late >= PACE:
+                chunks += int(late / PACE)
         try:
             while True:
                 backlog = self._items
@@ -214,10 +229,10 @@ class Backlog:
                     self._run_native(chunk)
                 else:
                     run_batch(chunk)
-                if _perf_counter() - started >= owed:
+                chunks -= 1
+                if chunks <= 0:
                     return
         finally:
-            self._yielded = _perf_counter()
             if self.waiting() and not self._queued:
                 self._queued = True
                 asyncio.get_running_loop().call_soon(self.run)
@@ -269,8 +284,15 @@ class Dispatch:
         """The native core's due handles of this pass, in deadline order."""
         self._handles = handles
 
-    def dispatch(self, loop: asyncio.AbstractEventLoop, inline: bool, debug: bool) -> None:
-        """Hand this pass's due callbacks, if any, to ``loop`` (see the class docstring)."""
+    def dispatch(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        inline: bool,
+        debug: bool,
+        now: Callable[[], float],
+    ) -> None:
+        """Hand this pass's due callbacks, if any, to ``loop`` (see the class docstring);
+        ``now`` reads the clock their deadlines are on (the backlog's pace)."""
         batch: list[Any] = self._ready
         handles = self._handles
         if not batch and handles is None:
@@ -293,7 +315,7 @@ class Dispatch:
             if debug:
                 backlog.to_loop(loop)
             else:
-                backlog.schedule(loop, inline)
+                backlog.schedule(loop, inline, now)
         elif debug:
             for due in batch:
                 loop.call_soon(_debug.DueCallback(due))

@@ -438,7 +438,7 @@ class Driver(Owner):
         loop = self.site.bound
         if loop is None:  # closed during the pass: what came due still runs
             loop = asyncio.get_running_loop()
-        self._due.dispatch(loop, inline, self._debug)
+        self._due.dispatch(loop, inline, self._debug, self._read)
 
     def _advance(self) -> None:
         """Advance to now: fire every due entry (callbacks queue in the dispatch), take the
