@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import socket
 import time
 from typing import Any
@@ -32,9 +33,19 @@ N = 10
 K = 4  # chunks: 0-3, 4-7, 8-9
 
 
-def _loop(base: Any, max_batch: int | None = K) -> asyncio.AbstractEventLoop:
+def _pace_off(timer: Any) -> None:
+    """One chunk per iteration however late the backlog: these tests block the loop past the
+    deadlines (so they are due in one pass whatever the load) and look at the chunks; the
+    pace, which adds chunks while the backlog is late, has tests of its own."""
+    timer._driver._due._backlog.pace = math.inf
+
+
+def _loop(base: Any, max_batch: int | None = K, pace: bool = False) -> asyncio.AbstractEventLoop:
     # threshold 0: every deadline ahead goes to the wheel, however near.
-    return aiowheel.new_event_loop(base, threshold=0.0, max_batch=max_batch)
+    loop = aiowheel.new_event_loop(base, threshold=0.0, max_batch=max_batch)
+    if not pace:
+        _pace_off(aiowheel.timer_of(loop))
+    return loop
 
 
 def _run(loop: asyncio.AbstractEventLoop, seconds: float = 0.05) -> None:
@@ -98,32 +109,65 @@ def test_a_batch_larger_than_max_batch_runs_in_deadline_order_with_the_loop_betw
         loop.close()
 
 
-def test_a_backlog_is_not_starved_by_a_busy_loop(base: Any) -> None:
-    # A loop busy 3 ms per iteration elsewhere (past the fair share's floor): the backlog
-    # gets as much time, so 50 chunks of one trivial callback run in an iteration or two,
-    # not one per iteration (timers falling behind for good on a saturated loop).
-    loop = _loop(base, max_batch=1)
+def test_a_late_backlog_runs_more_than_one_chunk_per_iteration(base: Any) -> None:
+    # Blocked 50 ms past deadlines 20 ms ahead: the backlog is at least 30 ms late when it
+    # first runs, so the pace adds a chunk (more on a loaded machine: lateness only grows).
+    loop = _loop(base, pace=True)
     ran: list[object] = []
+    try:
+        _file_due_batch(loop, ran, lambda: loop.call_soon(ran.append, "soon"))
+        loop.run_until_complete(asyncio.sleep(0.0))
+        time.sleep(0.05)
+        _run(loop)
+        assert [x for x in ran if isinstance(x, int)] == list(range(N))
+        assert ran.index("soon") >= 2 * K  # two chunks at least before the loop's next callback
+    finally:
+        loop.close()
+
+
+def test_a_backlog_is_not_starved_by_a_busy_loop(base: Any) -> None:
+    # 200 timers due together, max_batch=1, and from the first one on a loop busy elsewhere
+    # for 3 ms per iteration (by a clock the test moves from then on: the lateness is exact).
+    # One chunk per iteration would take 200 iterations, the last timer 0.6 s late; the pace
+    # adds a chunk for every 20 ms the backlog is late, so it drains in a few dozen.
+    loop = _loop(base, max_batch=1, pace=True)
+    real = loop.time
+    moved: list[float] = []  # the test's clock, once the first timer has run
+
+    def clock() -> float:
+        return moved[0] if moved else real()
+
+    loop.time = clock  # type: ignore[method-assign]
+    ran: list[float] = []
     iterations = [0]
+    count = 200
 
     def busy() -> None:
         iterations[0] += 1
-        time.sleep(0.003)
-        if len(ran) < 50:
+        moved[0] += 0.003
+        if len(ran) < count:
             loop.call_soon(busy)
 
+    def fire(due: float) -> None:
+        if not moved:
+            moved.append(real())
+            loop.call_soon(busy)
+        ran.append(clock() - due)
+
     try:
-        start = loop.time() + 0.02
-        for index in range(50):
-            loop.call_at(start + index * 1e-6, ran.append, index)
-        loop.run_until_complete(asyncio.sleep(0.0))
-        time.sleep(0.05)
-        loop.call_soon(busy)
-        _run(loop)
-        assert ran == list(range(50))
-        assert iterations[0] < 10
+        due = real() + 0.01
+        for index in range(count):
+            loop.call_at(due + index * 1e-6, fire, due + index * 1e-6)
+        loop.run_until_complete(_until(lambda: len(ran) == count))
+        assert iterations[0] < count // 2, iterations[0]
+        assert max(ran) < 0.3, max(ran)
     finally:
         loop.close()
+
+
+async def _until(done: Any) -> None:
+    while not done():
+        await asyncio.sleep(0)
 
 
 def test_without_a_bound_the_batch_runs_in_one_go(base: Any) -> None:
@@ -302,6 +346,7 @@ def test_a_plain_timer_chunks_its_batch_too() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         async with aiowheel.Timer(max_batch=K) as timer:
+            _pace_off(timer)
             start = timer.time() + 0.02
             for index in reversed(range(N)):
                 timer.call_at(start + index * 1e-6, ran.append, index)
