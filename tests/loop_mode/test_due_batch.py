@@ -24,7 +24,7 @@ import pytest
 
 import aiowheel
 import aiowheel.testing
-from aiowheel._dispatch import DEFAULT_MAX_BATCH
+from aiowheel._dispatch import DEFAULT_MAX_BATCH, PACE
 from aiowheel._loop import LoopFactory
 
 pytestmark = pytest.mark.bases("asyncio", "uvloop")
@@ -40,11 +40,20 @@ def _pace_off(timer: Any) -> None:
     timer._driver._due._backlog.pace = math.inf
 
 
-def _loop(base: Any, max_batch: int | None = K, pace: bool = False) -> asyncio.AbstractEventLoop:
+def _backlog(loop: asyncio.AbstractEventLoop) -> Any:
+    return aiowheel.timer_of(loop)._driver._due._backlog
+
+
+def _loop(
+    base: Any, max_batch: int | None = K, pace: float | None = None
+) -> asyncio.AbstractEventLoop:
+    """A loop-mode loop; ``pace``: the backlog's pace (None: off, one chunk per iteration)."""
     # threshold 0: every deadline ahead goes to the wheel, however near.
     loop = aiowheel.new_event_loop(base, threshold=0.0, max_batch=max_batch)
-    if not pace:
+    if pace is None:
         _pace_off(aiowheel.timer_of(loop))
+    else:
+        _backlog(loop).pace = pace
     return loop
 
 
@@ -111,8 +120,9 @@ def test_a_batch_larger_than_max_batch_runs_in_deadline_order_with_the_loop_betw
 
 def test_a_late_backlog_runs_more_than_one_chunk_per_iteration(base: Any) -> None:
     # Blocked 50 ms past deadlines 20 ms ahead: the backlog is at least 30 ms late when it
-    # first runs, so the pace adds a chunk (more on a loaded machine: lateness only grows).
-    loop = _loop(base, pace=True)
+    # first runs, so a pace of 20 ms adds a chunk (more on a loaded machine: lateness only
+    # grows). The mechanism, at a pace the test can reach in milliseconds (PACE is larger).
+    loop = _loop(base, pace=0.02)
     ran: list[object] = []
     try:
         _file_due_batch(loop, ran, lambda: loop.call_soon(ran.append, "soon"))
@@ -127,10 +137,11 @@ def test_a_late_backlog_runs_more_than_one_chunk_per_iteration(base: Any) -> Non
 
 def test_a_backlog_is_not_starved_by_a_busy_loop(base: Any) -> None:
     # 200 timers due together, max_batch=1, and from the first one on a loop busy elsewhere
-    # for 3 ms per iteration (by a clock the test moves from then on: the lateness is exact).
-    # One chunk per iteration would take 200 iterations, the last timer 0.6 s late; the pace
-    # adds a chunk for every 20 ms the backlog is late, so it drains in a few dozen.
-    loop = _loop(base, max_batch=1, pace=True)
+    # for PACE / 10 per iteration (by a clock the test moves from then on: the lateness is
+    # exact, and no time passes). One chunk per iteration would take 200 iterations, the last
+    # timer 20 x PACE late; the pace adds a chunk for every PACE the backlog is late (one more
+    # every 10 iterations here), so it drains in about 55, the last under 6 x PACE late.
+    loop = _loop(base, max_batch=1, pace=PACE)
     real = loop.time
     moved: list[float] = []  # the test's clock, once the first timer has run
 
@@ -144,7 +155,7 @@ def test_a_backlog_is_not_starved_by_a_busy_loop(base: Any) -> None:
 
     def busy() -> None:
         iterations[0] += 1
-        moved[0] += 0.003
+        moved[0] += PACE / 10
         if len(ran) < count:
             loop.call_soon(busy)
 
@@ -163,7 +174,32 @@ def test_a_backlog_is_not_starved_by_a_busy_loop(base: Any) -> None:
             loop.call_at(due, fire, due)
         loop.run_until_complete(_until(lambda: len(ran) == count))
         assert iterations[0] < count // 2, iterations[0]
-        assert max(ran) < 0.3, max(ran)
+        assert max(ran) < 8 * PACE, max(ran) / PACE
+    finally:
+        loop.close()
+
+
+def test_a_backlog_a_little_late_runs_one_chunk_per_iteration(base: Any) -> None:
+    # Under PACE late (a mass expiry's closes on a loop with time to spare): one chunk per
+    # iteration, the loop's I/O and callbacks between every two, so live traffic waits for
+    # one chunk at most. Blocked 50 ms past deadlines 20 ms ahead: 30 ms late, under PACE.
+    assert PACE > 0.2
+    loop = _loop(base, pace=PACE)
+    ran: list[object] = []
+    late: list[float] = []
+    try:
+
+        def first() -> None:
+            late.append(loop.time() - start)
+            loop.call_soon(ran.append, "soon")
+
+        _, start = _file_due_batch(loop, ran, first)
+        loop.run_until_complete(asyncio.sleep(0.0))
+        time.sleep(0.05)
+        _run(loop)
+        assert [x for x in ran if isinstance(x, int)] == list(range(N))
+        if late[0] < PACE:  # as good as certain: a stall of 200 ms would make it later
+            assert ran.index("soon") == K  # the loop's callback right after the first chunk
     finally:
         loop.close()
 
