@@ -873,7 +873,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--source", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.markdown:
-        print(markdown(json.loads(args.markdown.read_text())))
+        document = json.loads(args.markdown.read_text())
+        print(markdown(document))
+        if args.plot:  # drawn again from a run's JSON
+            drawn = {name: [r["figures"] for r in rs] for name, rs in document["runs"].items()}
+            plot(drawn, argparse.Namespace(**document["args"]), args.plot)
         return 0
     if args.serve:
         serve(args)
@@ -952,6 +956,16 @@ def main(argv: list[str]) -> int:
     return 0 if not failures else 1
 
 
+def _label(name: str) -> str:
+    """A contender's name on two or three lines: ``loop-mode@64/uvloop`` is "loop mode",
+    "max_batch=64", "uvloop"."""
+    mode, _, base = name.rpartition("/")
+    if not mode:
+        return base
+    mode, _, batch = mode.partition("@")
+    return "\n".join(["loop mode", *([f"max_batch={batch}"] if batch else []), base])
+
+
 def plot(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, path: Path) -> bool:
     """One bar a contender for each phase's headline figure, worst-best as an error bar."""
     from .plots import _pyplot
@@ -962,7 +976,8 @@ def plot(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, path
     metrics = (("beat_late_p99_ms", "idle: heartbeat late p99 (ms)"),
                ("idle_cpu_s_per_min", "idle: server CPU s / min"),
                ("chatty_msgs_per_s", "chatty: messages / s"),
-               ("live_p99_ms", "mass expiry: live latency p99 (ms)"))  # fmt: skip
+               ("live_p99_ms", "mass expiry: live latency p99 (ms)"),
+               ("live_closing_p99_ms", "... while the closes ran (ms)"))  # fmt: skip
     fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 4.5))
     names = list(runs)
     colours = ["#888888" if "/" not in n else "#2a7ab9" for n in names]
@@ -974,8 +989,7 @@ def plot(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, path
             lows.append(meds[-1] - min(values))
             highs.append(max(values) - meds[-1])
         ax.bar(range(len(names)), meds, yerr=[lows, highs], color=colours, capsize=3)
-        ax.set_xticks(range(len(names)), [n.replace("loop-mode/", "loop mode\n") for n in names],
-                      fontsize=8)  # fmt: skip
+        ax.set_xticks(range(len(names)), [_label(n) for n in names], fontsize=8)
         ax.set_title(label, fontsize=10)
     fig.suptitle(f"websocket hub, {args.connections:,} connections (Python "
                  f"{sys.version.split()[0]}, 2 cores): median of {args.rounds}, bars worst-best")

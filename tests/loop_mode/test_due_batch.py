@@ -140,7 +140,7 @@ def test_a_backlog_is_not_starved_by_a_busy_loop(base: Any) -> None:
     # for PACE / 10 per iteration (by a clock the test moves from then on: the lateness is
     # exact, and no time passes). One chunk per iteration would take 200 iterations, the last
     # timer 20 x PACE late; the pace adds a chunk for every PACE the backlog is late (one more
-    # every 10 iterations here), so it drains in about 55, the last under 6 x PACE late.
+    # every 10 iterations here), so it drains in about 57, the last under 6 x PACE late.
     loop = _loop(base, max_batch=1, pace=PACE)
     real = loop.time
     moved: list[float] = []  # the test's clock, once the first timer has run
@@ -173,7 +173,7 @@ def test_a_backlog_is_not_starved_by_a_busy_loop(base: Any) -> None:
         for _ in range(count):
             loop.call_at(due, fire, due)
         loop.run_until_complete(_until(lambda: len(ran) == count))
-        assert iterations[0] < count // 2, iterations[0]
+        assert iterations[0] < count // 3, iterations[0]
         assert max(ran) < 8 * PACE, max(ran) / PACE
     finally:
         loop.close()
