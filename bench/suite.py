@@ -250,7 +250,7 @@ def table(results: Results) -> list[dict[str, Any]]:
             metrics = sorted({m for values in by_contender.values() for m in values})
             for metric in metrics:
                 for contender, kind in (("API", "aiowheel"), ("loop mode", "loop-mode")):
-                    for loop in LOOPS:
+                    for loop in (*LOOPS, *PEER_ONLY):  # a peer only: its own timers' row
                         ours = results.median(workload, param, f"{kind}/{loop}", metric)
                         base = results.median(workload, param, f"loop/{loop}", metric)
                         floor = results.median(workload, param, "floor", metric)

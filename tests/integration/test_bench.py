@@ -290,3 +290,15 @@ def test_list_targets_prints_every_target_and_runs_nothing(
     )
     assert not any("{" in line for line in lines)  # every placeholder filled
     assert list(tmp_path.iterdir()) == []  # nothing ran, nothing written
+
+
+def test_a_peer_only_loop_has_its_own_row_in_the_table() -> None:
+    # rsloop runs its own timers only (no loop mode over it): its figures must reach the
+    # table and bench.json's medians, beside the bases' own rows (they once did not).
+    results = suite.Results()
+    results.add("schedule", "p", "loop/rsloop", {"ops_per_s": 2.0})
+    results.add("schedule", "p", "loop/rsloop", {"ops_per_s": 4.0})
+    results.add("schedule", "p", "loop-mode/asyncio", {"ops_per_s": 9.0})
+    rows = suite.table(results)
+    (peer,) = [r for r in rows if r["loop"] == "rsloop"]
+    assert peer["contender"] == "API" and peer["aiowheel"] is None and peer["baseline"] == 3.0
