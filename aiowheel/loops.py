@@ -51,9 +51,11 @@ __all__ = [
 
 #: The base loops by name, each with the pip extra that installs it. The loops of 2026
 #: (veloxloop and bracio on Rust, zloop on Zig) come with the ``bench`` extra: each passed
-#: CPython's timer tests under loop mode as on its own (tests/conformance). rsloop is not
-#: here: its loop class does not derive from asyncio.AbstractEventLoop, which loop mode asks
-#: of a base.
+#: CPython's timer tests under loop mode as on its own (tests/conformance). bracio 0.0.1 runs
+#: handles after they are cancelled (each reports "Exception in callback None()"): loop mode
+#: keeps that for the near timers it leaves on bracio's heap; ``threshold=0`` puts every
+#: deadline ahead on the wheel (docs/loop-mode.md, "Other bases"). rsloop is not here: its
+#: loop class does not derive from asyncio.AbstractEventLoop, which loop mode asks of a base.
 BASES: Final = {
     "asyncio": None, "uvloop": "uvloop", "rloop": "rloop", "zuvloop": "zuvloop",
     "veloxloop": "bench", "zloop": "bench", "bracio": "bench",
