@@ -15,8 +15,8 @@ backlog's first callback is late, so the backlog runs faster only once it has tr
 behind, and then until it keeps up.
 
 Why lateness, and why so slow a pace. Measured on the hub benchmark's mass expiry (5,000 idle
-timeouts closing their connections while 5,000 others talk; the performance page, "Pacing the
-backlog"), over five rounds each:
+timeouts closing their connections while 5,000 others talk; the performance page, "The
+pace"), over five rounds each:
 
 - The first pace gave the backlog as much time as the rest of the loop had taken since its last
   chunk. That share counts as "the rest" the work the backlog's own callbacks leave behind (an
@@ -27,10 +27,10 @@ backlog"), over five rounds each:
   expiry run tens of milliseconds late however it is paced, and at 20 ms a chunk that lateness
   already bought ten chunks an iteration: iterations of a hundred milliseconds again.
 - One chunk per iteration and nothing more: 0.04x, and starvation: in three rounds of five a
-  timer waited 2.6 s while ten thousand messages arrived at once (iterations of tens of
-  milliseconds of reads, timers coming due faster than 64 an iteration ran them).
+  timer waited 2.6 s once, before the closes, about when ten thousand messages arrived at once
+  (iterations of tens of milliseconds of reads).
 - A quarter of a second per extra chunk: 0.04x, every timer of the phase at most 0.18 to 0.27 s
-  late (stock uvloop's: 0.43 to 0.76 s), the closes done as soon as on uvloop. 0.1 s let two
+  late (stock uvloop's: 0.43 to 0.78 s), the closes done as soon as on uvloop. 0.1 s let two
   rounds of five accelerate into 90 to 180 ms waits; 0.5 s let timers fall half a second
   behind. Lateness is what the pace reads, not time: it grows only when callbacks come due
   faster than they run.
