@@ -102,3 +102,32 @@ def test_a_missing_base_library_names_the_pip_extra() -> None:
     ).stdout
     assert "aiowheel.loops.rloop needs rloop" in out
     assert "pip install 'aiowheel[rloop]'" in out
+
+
+def test_the_bracio_factory_files_every_deadline_ahead_on_the_wheel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # bracio 0.0.1 runs handles after they are cancelled (each reports "Exception in callback
+    # None()"), so its factory leaves no timer on bracio's heap. bracio comes with the bench
+    # extra only: a stand-in base here (the real one runs in the test above where installed).
+    class StandIn(asyncio.SelectorEventLoop):
+        pass
+
+    monkeypatch.setattr(aiowheel.loops, "base_class", lambda name: StandIn)
+    loop = aiowheel.loops.bracio()
+    other = aiowheel.loops.zloop()
+    try:
+        assert isinstance(loop, StandIn)
+        config = aiowheel.config_of(loop)
+        assert config is not None and config.threshold == 0.0
+        near = loop.call_later(0.001, print)  # on the wheel, however near
+        assert isinstance(near, aiowheel.TimerHandle)
+        near.cancel()
+        # The other factories keep the default: a near timer stays on the base's heap.
+        other_config = aiowheel.config_of(other)
+        assert other_config is not None
+        assert other_config.threshold == aiowheel.LoopConfig(StandIn).threshold > 0
+        assert not isinstance(other.call_later(0.001, print), aiowheel.TimerHandle)
+    finally:
+        loop.close()
+        other.close()
