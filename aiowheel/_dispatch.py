@@ -23,12 +23,13 @@ pace"), over five rounds each:
   idle timeout closes its connection in microseconds; the close's cleanup runs on the next
   iterations and costs more) and hands it back as backlog time: live messages waited 0.53x to
   1.02x as long as on stock uvloop while the closes ran (three runs).
-- A pace of 20 ms of lateness per extra chunk: 0.5x. The closes' own cleanup makes a mass
-  expiry run tens of milliseconds late however it is paced, and at 20 ms a chunk that lateness
-  already bought ten chunks an iteration: iterations of a hundred milliseconds again.
+- A pace of 20 ms of lateness per extra chunk: 0.52x (0.55x to 0.61x in two earlier runs). The
+  closes' own cleanup makes a mass expiry run a hundred milliseconds or more late however it is
+  paced, and at 20 ms a chunk that lateness bought five to ten chunks an iteration: iterations
+  of a hundred milliseconds again.
 - One chunk per iteration and nothing more: 0.04x, and starvation: in three rounds of five a
-  timer waited 2.6 s once, before the closes, about when ten thousand messages arrived at once
-  (iterations of tens of milliseconds of reads).
+  timer waited 2.6 to 2.8 s once, outside the closes (ten thousand messages arrive at once in
+  that phase: iterations of tens of milliseconds of reads).
 - A quarter of a second per extra chunk: 0.04x, every timer of the phase at most 0.18 to 0.27 s
   late (stock uvloop's: 0.43 to 0.78 s), the closes done as soon as on uvloop. 0.1 s let two
   rounds of five accelerate into 90 to 180 ms waits; 0.5 s let timers fall half a second

@@ -302,3 +302,21 @@ def test_a_peer_only_loop_has_its_own_row_in_the_table() -> None:
     rows = suite.table(results)
     (peer,) = [r for r in rows if r["loop"] == "rsloop"]
     assert peer["contender"] == "API" and peer["aiowheel"] is None and peer["baseline"] == 3.0
+
+
+def test_the_cancels_check_finds_every_cancel_held_on_the_bases_installed_here(
+    tmp_path: Path,
+) -> None:
+    # python -m bench.cancels: a cancelled handle must never reach the exception handler, on
+    # the base's own loop, loop mode with and without near timers on its heap, and the
+    # aiowheel.loops factory (bracio 0.0.1 breaks it on its own heap; it is not installed here).
+    from bench import cancels
+
+    out = tmp_path / "cancels.json"
+    assert cancels.main(["--cancels", "1000", "--json", str(out)]) == 0
+    found = json.loads(out.read_text())["reports"]
+    assert "asyncio" in found
+    for name, loops in found.items():
+        assert len(loops) == 4, name
+        for label, counts in loops.items():
+            assert counts == {"timers": 0, "call_soon": 0}, (name, label, counts)
