@@ -877,7 +877,8 @@ def main(argv: list[str]) -> int:
         print(markdown(document))
         if args.plot:  # drawn again from a run's JSON
             drawn = {name: [r["figures"] for r in rs] for name, rs in document["runs"].items()}
-            plot(drawn, argparse.Namespace(**document["args"]), args.plot)
+            drawn_args = argparse.Namespace(**document["args"], python=document["python"])
+            plot(drawn, drawn_args, args.plot)
         return 0
     if args.serve:
         serve(args)
@@ -991,8 +992,9 @@ def plot(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, path
         ax.bar(range(len(names)), meds, yerr=[lows, highs], color=colours, capsize=3)
         ax.set_xticks(range(len(names)), [_label(n) for n in names], fontsize=8)
         ax.set_title(label, fontsize=10)
+    python = getattr(args, "python", None) or sys.version.split()[0]  # a run's, when drawn again
     fig.suptitle(f"websocket hub, {args.connections:,} connections (Python "
-                 f"{sys.version.split()[0]}, 2 cores): median of {args.rounds}, bars worst-best")
+                 f"{python}, 2 cores): median of {args.rounds}, bars worst-best")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
