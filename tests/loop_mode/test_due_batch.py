@@ -204,9 +204,14 @@ def test_a_backlog_a_little_late_runs_one_chunk_per_iteration(base: Any) -> None
         loop.close()
 
 
-async def _until(done: Any) -> None:
-    while not done():
+async def _until(done: Any, iterations: int = 100_000) -> None:
+    """Until ``done()``, a loop iteration at a time; a lost timer reads as a failure, not a
+    hang (the loop's clock may be the test's, so the bound is iterations, not time)."""
+    for _ in range(iterations):
+        if done():
+            return
         await asyncio.sleep(0)
+    raise AssertionError(f"not done after {iterations:,} loop iterations")
 
 
 def test_without_a_bound_the_batch_runs_in_one_go(base: Any) -> None:
