@@ -112,9 +112,16 @@ def checked_loop(loop: object, where: str) -> asyncio.AbstractEventLoop:
 
 
 def _name(target: object) -> str:
-    """A callback's or coroutine's qualified name, as asyncio would name it."""
+    """A callback's or coroutine's qualified name, as asyncio would name it; an object whose
+    class has a ``_census_name`` method names itself (a request deadline's wheel entry, in
+    :mod:`aiowheel.asgi`, names its requests' routes)."""
     while isinstance(target, functools.partial):
         target = target.func
+    own = getattr(type(target), "_census_name", None)
+    if own is not None:
+        named = own(target)
+        if isinstance(named, str):
+            return named
     name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
     if isinstance(name, str):
         return name

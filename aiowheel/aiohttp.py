@@ -4,7 +4,9 @@ The same contract as :class:`aiowheel.asgi.DeadlineMiddleware` (read its module 
 why): aiohttp runs a request's middlewares and handler in one task, so the middleware awaits
 the handler inside ``aiowheel.timeout_at(...)`` and the deadline's cancellation reaches the
 handler wherever it waits; its ``finally`` blocks run, and nothing of the request is left
-pending. aiohttp cancels a handler when its client disconnects, but has no deadline of its own.
+pending. aiohttp has no deadline of its own; nor does it cancel a handler whose client has
+disconnected unless told to (``web.run_app(app, handler_cancellation=True)``, or
+``AppRunner(app, handler_cancellation=True)``: the default is False since aiohttp 3.8.6).
 
 Past the deadline, if the handler has not started its response, the client gets ``status``
 (504) with ``body``. If it has (a ``StreamResponse`` prepared), the ``TimeoutError`` is
@@ -74,7 +76,7 @@ def deadline_middleware(
             cap = _cap("deadline_middleware", settings.header, request.headers.get(settings.header))
             if cap is not None and cap < seconds:
                 seconds = cap
-        state = deadlines.start(seconds, cap)
+        state = deadlines.start(seconds, cap, request)
         token = _current.set(state)
         try:
             response = await handler(request)

@@ -188,8 +188,8 @@ class _Request:
     """One request's deadline: the task it guards, where it is filed, what bounds moving it."""
 
     __slots__ = (
-        "cancelling", "cap", "deadline", "ended", "expired", "soon", "started", "table", "task",
-        "tick", "unfiled",
+        "cancelling", "cap", "deadline", "ended", "expired", "route", "soon", "started", "table",
+        "task", "tick", "unfiled",
     )  # fmt: skip
 
     def __init__(
@@ -199,8 +199,10 @@ class _Request:
         started: float,
         deadline: float,
         cap: float | None,
+        route: object,
     ) -> None:
         self.table = table  # the middleware's deadlines on the request's loop
+        self.route = route  # an ASGI scope or an aiohttp request: named only when asked
         self.task = task
         self.cancelling = task.cancelling()  # asyncio.timeout's accounting, see _Deadlines.end
         self.started = started
@@ -223,6 +225,22 @@ class _Request:
             self.expired = True
             self.task.cancel()
 
+    def name(self) -> str:
+        """The request as the census names its deadline: its method and route (the route's
+        template where the framework has matched one, else the path)."""
+        route = self.route
+        if isinstance(route, Mapping):  # an ASGI scope
+            method = route.get("method", "")
+            matched = getattr(route.get("route"), "path", None)  # FastAPI's matched route
+            path = matched if isinstance(matched, str) else route.get("path", "")
+        else:  # an aiohttp request
+            method = getattr(route, "method", "")
+            resource = getattr(getattr(getattr(route, "match_info", None), "route", None),
+                               "resource", None)  # fmt: skip
+            canonical = getattr(resource, "canonical", None)
+            path = canonical if isinstance(canonical, str) else getattr(route, "path", "")
+        return f"{method} {path}"
+
 
 @final
 class _Tick:
@@ -237,7 +255,21 @@ class _Tick:
         self.when = when
         self.members: dict[_Request, None] = {}  # a set in arrival (so deadline) order
         self.timer = table.timer
-        self.handle = table.timer.call_at(when, self.expire_requests)
+        self.handle = table.timer.call_at(when, self)
+
+    def _census_name(self) -> str:
+        """What :func:`aiowheel.pending_timers` and :func:`aiowheel.timer_census` name this
+        entry by: its first request's method and route, and how many more it guards."""
+        members = self.members
+        if not members:
+            return "request deadline"
+        first = next(iter(members)).name()
+        more = len(members) - 1
+        return f"request deadline {first} +{more} more" if more else f"request deadline {first}"
+
+    def __call__(self) -> None:
+        """The wheel entry's callback (:meth:`expire_requests`)."""
+        self.expire_requests()
 
     def expire_requests(self) -> None:
         """The wheel entry's callback: cancel every member whose deadline has passed (all of
@@ -256,7 +288,7 @@ class _Tick:
             else:
                 later.append(request)
         for request in later:  # never early: filed again for its own deadline
-            table.join(request)
+            table.file(request)
 
     def leave(self, request: _Request) -> None:
         """``request`` is done (or moved): out of the tick; the entry cancelled once empty."""
@@ -303,7 +335,22 @@ class _Table:
             if request.deadline <= now:
                 request.expire()  # a deadline shorter than one loop iteration
             else:
-                self.join(request)
+                self.file(request)
+
+    def file(self, request: _Request) -> None:
+        """:meth:`join`, which never fails another request: should filing ``request`` raise,
+        the error goes to the loop's exception handler and the request's deadline is kept
+        on the loop's own ``call_at`` instead (a request is never left without one)."""
+        try:
+            self.join(request)
+        except Exception as exc:  # reported, and the deadline kept anyway
+            loop = self.loop
+            loop.call_exception_handler({
+                "message": "aiowheel.asgi: a request deadline could not be filed on the wheel; "
+                           "kept on the loop's call_at instead",
+                "exception": exc,
+            })  # fmt: skip
+            request.soon = loop.call_at(request.deadline, request.expire)
 
     def join(self, request: _Request) -> None:
         """Put ``request`` under the tick of its deadline (an entry filed for it if the tick
@@ -316,9 +363,10 @@ class _Table:
                 self.timer = get_timer()
             tick = self.ticks[key] = _Tick(self, key, deadline)
         elif deadline < tick.when:  # a shorter deadline joined (an override, a cap)
+            handle = self.timer.call_at(deadline, tick)  # filed before the old one goes
             tick.handle.cancel()
             tick.when = deadline
-            tick.handle = self.timer.call_at(deadline, tick.expire_requests)
+            tick.handle = handle
         tick.members[request] = None
         request.tick = tick
 
@@ -336,10 +384,11 @@ class _Deadlines:
             weakref.WeakKeyDictionary()
         )
 
-    def start(self, seconds: float, cap: float | None) -> _Request:
+    def start(self, seconds: float, cap: float | None, route: object) -> _Request:
         """A deadline ``seconds`` from now for the current task (RuntimeError outside one):
         noted, and filed on the wheel only if the request is still running when the loop next
-        runs its ready callbacks."""
+        runs its ready callbacks. ``route`` (the ASGI scope, or the aiohttp request) names it
+        in the census."""
         # The last request's loop, if it is the one running this task: asked first because
         # asking which loop runs (asyncio._get_running_loop) costs a getpid() system call on
         # 3.11, a tenth of all this. Its current task is ours only if the loop runs in this
@@ -362,7 +411,7 @@ class _Deadlines:
         assert table is not None
         loop = table.loop
         now = loop.time()
-        request = _Request(table, task, now, now + seconds, cap)
+        request = _Request(table, task, now, now + seconds, cap, route)
         table.unfiled.append(request)
         if not table.arming:
             table.arming = True
@@ -384,19 +433,21 @@ class _Deadlines:
         if when <= table.loop.time():  # passed: handed to call_soon, as asyncio.timeout does
             request.soon = table.loop.call_soon(request.expire)
         elif not request.unfiled:
-            table.join(request)
+            table.file(request)
         # else file_started files it with this deadline
 
     @staticmethod
-    def end(request: _Request, exc: BaseException | None) -> bool:
-        """The request's app returned (``exc`` None) or raised ``exc``: its deadline is
-        disarmed; True if the deadline ended it (then the middleware answers or cuts off),
-        False if ``exc`` must propagate as it is.
+    def move_if_live(request: _Request, when: float) -> None:
+        """:meth:`move`, run on the loop's thread for a :func:`set_deadline` called in another
+        (a worker thread): nothing if the request has ended or expired meanwhile."""
+        if request.live():
+            _Deadlines.move(request, when)
 
-        asyncio.timeout's accounting, as :class:`aiowheel.Timeout` keeps it: once expired,
-        the task's cancellation is withdrawn (``uncancel``), and a ``CancelledError`` is the
-        deadline's only if no other cancellation is pending (an outside ``task.cancel()`` is
-        never swallowed)."""
+    @staticmethod
+    def disarm(request: _Request) -> None:
+        """The deadline no longer guards ``request``: out of its tick (or of the requests not
+        filed yet, or of ``call_soon``). Called when its app returns or raises, or earlier,
+        when its response is complete (:meth:`finish`)."""
         request.ended = True
         tick = request.tick
         if tick is not None:
@@ -409,6 +460,30 @@ class _Deadlines:
             if soon is not None:
                 soon.cancel()
                 request.soon = None
+
+    @staticmethod
+    def finish(request: _Request) -> None:
+        """The request's response is complete (its last body message handed to the server):
+        the deadline ends with it, so what the app still does in the request's task
+        (Starlette's ``BackgroundTasks``) runs without it. Nothing if the deadline has
+        already expired: its cancellation is on its way, and :meth:`end` accounts for it."""
+        if not (request.ended or request.expired):
+            _Deadlines.disarm(request)
+
+    @staticmethod
+    def end(request: _Request, exc: BaseException | None) -> bool:
+        """The request's app returned (``exc`` None) or raised ``exc``: its deadline is
+        disarmed; True if the deadline ended it (then the middleware answers or cuts off),
+        False if ``exc`` must propagate as it is.
+
+        asyncio.timeout's accounting, as :class:`aiowheel.Timeout` keeps it: once expired,
+        the task's cancellation is withdrawn (``uncancel``), and a ``CancelledError`` is the
+        deadline's only if no other cancellation is pending (an outside ``task.cancel()`` is
+        never swallowed). After :meth:`finish` (a complete response) nothing is the
+        deadline's: what the app raised then propagates as it is."""
+        if request.ended:  # finished: its response completed in time
+            return False
+        _Deadlines.disarm(request)
         if not request.expired:
             return isinstance(exc, BudgetExhausted)
         remaining = request.task.uncancel()
@@ -433,10 +508,17 @@ def _guarded(task: object) -> float | None:
 _deadline_sources.append(_guarded)
 
 
+# The longest request deadline, in seconds (about 31 years): a longer `timeout`, override or
+# set_deadline() is this long. Beyond ~1e305 s a deadline could not even be filed (its tick
+# overflows); well before that, every such deadline means "none".
+_LONGEST: Final = 1e9
+
+
 def _positive(owner: str, name: str, value: object) -> float:
-    """``value`` as a positive finite float; else the one check's error, naming ``owner``
-    (the function called) and ``name``."""
-    return period(f"{owner}(): {name}", value)
+    """``value`` as a positive finite float, at most :data:`_LONGEST`; else the one check's
+    error, naming ``owner`` (the function called) and ``name``."""
+    seconds = period(f"{owner}(): {name}", value)
+    return seconds if seconds <= _LONGEST else _LONGEST
 
 
 @final
@@ -444,7 +526,8 @@ class _Settings:
     """A middleware's checked configuration: the deadlines by path, the header, the answer."""
 
     __slots__ = (
-        "body", "by_path", "content_type", "exact", "header", "prefixes", "status", "timeout",
+        "body", "by_path", "content_type", "exact", "header", "owner", "prefixes", "status",
+        "timeout",
     )  # fmt: skip
 
     def __init__(
@@ -457,6 +540,7 @@ class _Settings:
         body: object,
         content_type: object,
     ) -> None:
+        self.owner = owner
         self.timeout = _positive(owner, "timeout", timeout)
         self.exact: dict[str, float] = {}
         prefixes: list[tuple[str, float]] = []
@@ -489,8 +573,11 @@ class _Settings:
                 f"{owner}(): header must be a header name (a str) or None, "
                 f"got {type(header).__name__}"
             )
-        if header is not None and not header.strip():
-            raise ValueError(f"{owner}(): header must be a header name (a str) or None, got ''")
+        if header is not None and not _TOKEN.fullmatch(header.strip()):
+            raise ValueError(
+                f"{owner}(): header must be a header name (ASCII letters, digits and "
+                f"!#$%&'*+-.^_`|~) or None, got {header!r}"
+            )
         self.header: str | None = None if header is None else header.strip().lower()
         if isinstance(status, bool) or not isinstance(status, int):
             raise TypeError(
@@ -510,6 +597,11 @@ class _Settings:
             raise TypeError(
                 f"{owner}(): content_type must be a str, got {type(content_type).__name__}"
             )
+        if not _HEADER_VALUE.fullmatch(content_type):
+            raise ValueError(
+                f"{owner}(): content_type must be a header value (latin-1, no control "
+                f"characters), got {content_type!r}"
+            )
         self.content_type: str = content_type
 
     def seconds_for(self, *paths: str) -> float:
@@ -528,10 +620,22 @@ class _Settings:
         return self.timeout
 
     def answer(self, expired: Expired) -> bytes:
-        """The body of the deadline's answer."""
+        """The body of the deadline's answer (TypeError naming ``body`` if its function
+        returns anything but bytes)."""
         body = self.body
-        return body if isinstance(body, bytes) else body(expired)
+        if isinstance(body, bytes):
+            return body
+        made = body(expired)
+        if not isinstance(made, bytes):
+            raise TypeError(
+                f"{self.owner}(): body must return bytes from its Expired, "
+                f"got {type(made).__name__}"
+            )
+        return made
 
+
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
+_HEADER_VALUE: Final = re.compile(r"[\t\x20-\x7e\x80-\xff]*")  # latin-1, no controls
 
 _SECONDS: Final = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9})?")
 _GRPC: Final = re.compile(r"([0-9]{1,8})([HMSmun])")
@@ -630,16 +734,24 @@ class DeadlineMiddleware:
             cap = _cap("DeadlineMiddleware", settings.header, _header(scope, settings.header))
             if cap is not None and cap < seconds:
                 seconds = cap
-        request = self._deadlines.start(seconds, cap)
+        request = self._deadlines.start(seconds, cap, scope)
         response_started = False
+        trailers = False
 
         def tracked_send(message: Message) -> Awaitable[None]:
             # A plain function handing back the server's awaitable: no coroutine of its own.
-            nonlocal response_started
-            if message["type"] == "http.response.start":
+            nonlocal response_started, trailers
+            kind = message["type"]
+            if kind == "http.response.body":
+                if not message.get("more_body", False) and not trailers:
+                    _Deadlines.finish(request)  # complete: the deadline ends with it
+            elif kind == "http.response.start":
                 # Set before the send: once the server may have it, a 504 would be a second
                 # response, so a deadline from here on cuts the response off instead.
                 response_started = True
+                trailers = bool(message.get("trailers", False))
+            elif _completes(kind, message):
+                _Deadlines.finish(request)
             return send(message)
 
         token = _current.set(request)
@@ -673,6 +785,17 @@ class DeadlineMiddleware:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def _completes(kind: str, message: Message) -> bool:
+    """Whether an ASGI message other than ``http.response.start`` / ``.body`` completes the
+    response: the last trailers (the HTTP trailers extension), a path sent whole (pathsend),
+    the last zero-copy chunk (zerocopy)."""
+    if kind == "http.response.trailers":
+        return not message.get("more_trailers", False)
+    if kind == "http.response.zerocopy":
+        return not message.get("more_body", False)
+    return kind == "http.response.pathsend"
+
+
 def _header(scope: Scope, name: str) -> str | None:
     """The value of header ``name`` (lower case) in an ASGI scope, or None."""
     wanted = name.encode("latin-1")
@@ -695,8 +818,15 @@ def set_deadline(seconds: float) -> float:
             aiowheel.asgi.set_deadline(120)   # this route may take two minutes
             ...
 
+    From a worker thread the request's context reached (a plain ``def`` FastAPI endpoint or
+    dependency, Starlette's ``run_in_threadpool``) the deadline is moved as well: the change
+    is filed on the loop's thread, and :func:`budget` in the worker reads the new deadline at
+    once. (A 504 does not stop the thread: see the docs, request deadlines.)
+
     RuntimeError outside a request under :class:`DeadlineMiddleware` or
-    :func:`aiowheel.aiohttp.deadline_middleware`, or once the deadline has expired.
+    :func:`aiowheel.aiohttp.deadline_middleware`, once the deadline has expired, or once
+    the request has ended (its response complete). ``seconds`` above 10**9 (about 31 years)
+    is 10**9.
     """
     value = _positive("set_deadline", "seconds", seconds)
     request = _current.get()
@@ -712,7 +842,12 @@ def set_deadline(seconds: float) -> float:
     if request.cap is not None and request.cap < value:
         value = request.cap
     when = request.started + value
-    _Deadlines.move(request, when)
+    table = request.table
+    if table.thread == _get_ident():
+        _Deadlines.move(request, when)
+    else:  # a worker thread: the wheel is the loop's, so the move is filed there
+        table.loop.call_soon_threadsafe(_Deadlines.move_if_live, request, when)
+        request.deadline = when  # what budget() reads here, until the loop moves it
     return when
 
 

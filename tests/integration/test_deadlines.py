@@ -422,8 +422,12 @@ async def test_deadlines_are_filed_only_for_requests_that_wait_and_share_a_tick(
 
     calls = asyncio.gather(*(call(index) for index in range(40)))
     await asyncio.sleep(0.02)
-    entries = [t for t in aiowheel.pending_timers() if t.origin == "_Tick.expire_requests"]
+    # One entry a tick, named by its first request's route and how many more it guards.
+    entries = [t for t in aiowheel.pending_timers() if t.origin.startswith("request deadline")]
     assert 0 < len(entries) <= 2 * 10 + 2  # ticks, not requests
+    named = re.compile(r"request deadline GET /(slow|short)( \+[1-9][0-9]* more)?")
+    assert all(named.fullmatch(t.origin) for t in entries), [t.origin for t in entries]
+    assert any(t.origin.endswith("more") for t in entries)  # 4 requests a tick, 2 deadlines
     statuses = await calls
     assert statuses == [504] * 40
     for expired in answers:  # never early; at most the wheel's tick late
