@@ -11,8 +11,10 @@ polls of that topic are re-checked, and only those whose condition now holds are
     curl 'http://127.0.0.1:8080/poll?topic=news&wait=10' &
     curl -X POST --data hello 'http://127.0.0.1:8080/publish?topic=news'
 
-A client that goes away cancels its handler (aiohttp cancels it on disconnect): its wait leaves
-the purgatory at once, timer and all.
+A client that goes away cancels its handler, because ``main`` runs the app with
+``handler_cancellation=True`` (aiohttp's default is False: a handler runs to its end whatever
+its client does, and a long poll would wait out its 30 s for nobody). Its wait leaves the
+purgatory at once, timer and all: ``/stats`` shows it ``cancelled``, no longer ``live``.
 """
 
 from __future__ import annotations
@@ -87,7 +89,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--wait", type=float, default=30.0, help="a poll's longest wait, s")
     args = parser.parse_args()
-    web.run_app(make_app(args.wait), host=args.host, port=args.port, loop=aiowheel.new_event_loop())
+    web.run_app(
+        make_app(args.wait),
+        host=args.host,
+        port=args.port,
+        loop=aiowheel.new_event_loop(),
+        handler_cancellation=True,  # a client that goes away cancels its poll's wait
+    )
 
 
 if __name__ == "__main__":

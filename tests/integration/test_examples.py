@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,7 +20,7 @@ from aiohttp import web
 import aiowheel
 from examples.heartbeat import run_mesh
 from examples.server import TIMED_OUT, TIMER, Config, make_app, parse
-from tests.support import ROOT
+from tests.support import ROOT, free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -239,6 +244,47 @@ async def test_the_long_poll_waits_for_a_publish_of_its_topic_and_only_that() ->
                 assert response.status == 400
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.once  # the example's own command line, in a subprocess
+def test_the_long_poll_example_cancels_the_wait_of_a_client_that_went_away() -> None:
+    # aiohttp cancels a handler whose client disconnected only with handler_cancellation=True
+    # (its run_app default is False): the example sets it, so the poll's wait leaves the
+    # purgatory at once instead of waiting out its 30 s for nobody.
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "examples/longpoll.py", "--port", str(port), "--wait", "30"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+    def stats() -> dict[str, int]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=10) as answer:
+            return json.load(answer)  # type: ignore[no-any-return]
+
+    try:
+        give_up = time.monotonic() + 30
+        while True:
+            try:
+                assert stats()["live"] == 0
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < give_up, "no server"
+                time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(b"GET /poll?topic=news HTTP/1.1\r\nHost: x\r\n\r\n")
+            while stats()["live"] != 1:  # the poll is parked in the purgatory
+                assert time.monotonic() < give_up, "the poll never waited"
+                time.sleep(0.02)
+        # The client went away: within a few seconds (not the poll's 30), its wait is gone.
+        gone_by = time.monotonic() + 10
+        while (counters := stats())["live"] != 0:
+            assert time.monotonic() < gone_by, f"the wait outlived its client: {counters}"
+            time.sleep(0.02)
+        assert (counters["completed"], counters["expired"]) == (0, 0)
+    finally:
+        server.send_signal(signal.SIGINT)
+        output, _ = server.communicate(timeout=30)
+    assert "Traceback" not in output, output
 
 
 async def test_two_of_three_acks_or_a_timeout() -> None:
