@@ -901,7 +901,7 @@ def _budget(minimum: float, where: str) -> float | None:
         minimum = _minimum(minimum, where)
     left = time_left()
     request = _current.get()
-    if request is not None:
+    if request is not None and (request.expired or not request.ended):  # not once finished
         own = max(0.0, request.deadline - request.table.loop.time())
         if left is None or own < left:
             left = own
