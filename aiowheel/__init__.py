@@ -41,6 +41,7 @@ from ._default import (
     wait_for,
 )
 from ._errors import PendingLimitError, TimerClosedError
+from ._lingering import LingeringTimerWarning
 from ._loop import LoopConfig, LoopFactory, config_of, loop_factory, new_event_loop, run, timer_of
 from ._periodic import Interval, PeriodicHandle, Watchdog
 from ._purgatory import DelayedOperation, Purgatory, PurgatoryStats
@@ -68,6 +69,7 @@ __all__ = [
     "COMPILED",
     "DelayedOperation",
     "Interval",
+    "LingeringTimerWarning",
     "LoopConfig",
     "LoopFactory",
     "LoopLag",

@@ -42,6 +42,13 @@ shared by several tests reports to each test only the timers it left (what a wid
 filed while the test was set up is the fixture's). ``asyncio.run``, a
 test runner or a fixture that cancels the test's tasks takes their sleeps and timeouts with
 them: what lingers is a timer nothing will cancel (a ``call_later``, a heartbeat).
+``warn`` issues :class:`aiowheel.LingeringTimerWarning` (also importable from here, the same
+class), and never fails a test: a suite's ``filterwarnings = error`` (or ``-W error``) does not
+turn it into an error, ``-W ignore::aiowheel.LingeringTimerWarning`` silences it. Filters name
+it as ``aiowheel.LingeringTimerWarning``, which imports only the package. (PYTEST_DONT_REWRITE:
+pytest leaves this module's asserts as they are, so a filter naming the older
+``aiowheel.pytest.LingeringTimerWarning``, which imports this module before ``-p`` loads it,
+draws no ``PytestAssertRewriteWarning`` either.)
 
 Virtual time (:mod:`aiowheel.testing`). ``--aiowheel-clock virtual`` puts every asyncio test
 that the plugin switches on a virtual clock: each test's loop starts at 0 (a loop shared by
@@ -96,6 +103,7 @@ import pytest
 from . import _validate, _view
 from ._census import PendingTimer, _name, pending
 from ._fuzz import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz, fuzz_number
+from ._lingering import LingeringTimerWarning
 from ._loop import LoopFactory, config_of, loop_factory, virtual_loop_factory, watch_loops
 from ._virtual import VirtualClock
 from .loops import BASES, auto_base, base_class, installed
@@ -357,10 +365,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         lingering.unwatch()
 
 
-class LingeringTimerWarning(pytest.PytestWarning):
-    """A test left a timer pending (``--aiowheel-lingering warn``)."""
-
-
 class _Lingering:
     """The lingering-timer check: watches every loop-mode loop made during the run, notes
     what each holds when a test starts, and what the test left when its teardown is done.
@@ -454,10 +458,25 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
                 pytest.fail(message, pytrace=False)
             # Attributed to the test itself, not to this hook.
             path, line, _ = item.location
-            warnings.warn_explicit(
-                LingeringTimerWarning(message), LingeringTimerWarning, path, (line or 0) + 1
-            )
+            _warn(LingeringTimerWarning(message), path, (line or 0) + 1)
     return result
+
+
+def _warn(warning: LingeringTimerWarning, path: str, line: int) -> None:
+    """Issue ``warning`` as filed at ``path:line``, as the filters say, except that no filter
+    makes it an exception: ``warn`` never fails a test (``error`` is the mode that does).
+
+    A filter whose action is ``error`` (``filterwarnings = error``, ``-W error``, one naming
+    the class) would raise it in the test's teardown, and pytest would report the test as an
+    error; there it is issued again under an ``always`` filter for this class alone, so pytest
+    records it and lists it in the warnings summary. Every other action stands (``ignore``
+    silences it, ``default`` and ``once`` dedupe it)."""
+    try:
+        warnings.warn_explicit(warning, LingeringTimerWarning, path, line)
+    except LingeringTimerWarning:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", LingeringTimerWarning)
+            warnings.warn_explicit(warning, LingeringTimerWarning, path, line)
 
 
 def _wrap_anyio(plugin: Any, config: pytest.Config) -> Callable[[], None]:

@@ -620,6 +620,73 @@ def test_lingering_warn_warns_and_passes(tmp_path: Path) -> None:
     assert proc.stdout.count("LingeringTimerWarning: test_a.py::") == 3
 
 
+# Ways a suite makes warnings errors: its ini file (async-lru's, aiocache's), -W, a filter naming
+# the class. None may fail a test under warn: the three tests still pass, each with its warning.
+@pytest.mark.parametrize(
+    ("ini", "args"),
+    [
+        ("filterwarnings = error", ()),
+        ("", ("-W", "error")),
+        ("", ("-W", "error::aiowheel.LingeringTimerWarning")),
+    ],
+    ids=["ini-error", "W-error", "W-error-naming-it"],
+)
+def test_lingering_warn_never_fails_a_test_where_warnings_are_errors(
+    tmp_path: Path, ini: str, args: tuple[str, ...]
+) -> None:
+    shape = clock_shape(LINGERING)
+    shape.ini += f"\n{ini}"
+    proc, _ = run_shape(tmp_path, shape, *args, "-p", "aiowheel.pytest",
+                        "--aiowheel-lingering", "warn")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "7 passed, 3 warnings" in proc.stdout, proc.stdout
+    assert proc.stdout.count("LingeringTimerWarning: test_a.py::") == 3
+
+
+# How docs/testing.md keeps warn a warning under filterwarnings = error, in the ini file or on
+# the command line: the filter imports aiowheel, not the plugin (which pytest could then not
+# rewrite, a PytestAssertRewriteWarning, fatal there); the older spelling through the plugin
+# module too. An ignore filter is obeyed.
+@pytest.mark.parametrize(
+    ("ini", "args", "shown"),
+    [
+        ("filterwarnings =\n    error\n    default::aiowheel.LingeringTimerWarning", (), 3),
+        ("filterwarnings = error", ("-W", "default::aiowheel.LingeringTimerWarning"), 3),
+        ("filterwarnings = error", ("-W", "default::aiowheel.pytest.LingeringTimerWarning"), 3),
+        ("filterwarnings = error", ("-W", "ignore::aiowheel.LingeringTimerWarning"), 0),
+    ],
+    ids=["ini", "W", "W-plugin-module", "W-ignore"],
+)
+def test_a_filter_names_the_lingering_warning_without_harm(
+    tmp_path: Path, ini: str, args: tuple[str, ...], shown: int
+) -> None:
+    shape = clock_shape(LINGERING)
+    shape.ini += f"\n{ini}"
+    proc, _ = run_shape(tmp_path, shape, *args, "-p", "aiowheel.pytest",
+                        "--aiowheel-lingering", "warn")  # fmt: skip
+    assert "PytestAssertRewriteWarning" not in proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("LingeringTimerWarning: test_a.py::") == shown
+    assert ("7 passed, 3 warnings" if shown else "7 passed in") in proc.stdout, proc.stdout
+
+
+def test_the_lingering_warning_is_one_class_importable_without_pytest() -> None:
+    import aiowheel
+    import aiowheel.pytest
+
+    assert aiowheel.pytest.LingeringTimerWarning is aiowheel.LingeringTimerWarning
+    assert issubclass(aiowheel.LingeringTimerWarning, UserWarning)
+    # Naming it imports neither pytest nor the plugin.
+    code = (
+        "import sys, aiowheel; aiowheel.LingeringTimerWarning; print(sorted(m for m in "
+        "sys.modules if m == 'pytest' or m.startswith(('_pytest', 'aiowheel.pytest'))))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
 def test_without_lingering_nothing_is_checked(tmp_path: Path) -> None:
     proc, _ = run_shape(tmp_path, clock_shape(LINGERING), "-p", "aiowheel.pytest")
     assert proc.returncode == 0, proc.stdout + proc.stderr
