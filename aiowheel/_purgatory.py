@@ -77,10 +77,11 @@ builds answer alike. The pure-Python module is the same source and behaves the s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import math
 import threading
-from collections.abc import Callable, Generator, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar, final
 
@@ -97,6 +98,7 @@ __all__ = ["DelayedOperation", "Purgatory", "PurgatoryStats"]
 _T = TypeVar("_T")
 
 _get_ident: Final = threading.get_ident
+_get_running_loop: Final = asyncio._get_running_loop
 _inf: Final = math.inf
 
 # An operation's state. Only the loop's thread writes it; the first transition out of
@@ -174,6 +176,7 @@ class Purgatory:
         "_context",
         "_expired",
         "_failed",
+        "_given",
         "_live",
         "_loop",
         "_peak",
@@ -188,9 +191,12 @@ class Purgatory:
                 f"Purgatory(): timer must be an aiowheel.Timer or None, got {type(timer).__name__}"
             )
         self._timer: Timer | None = timer
+        self._given = timer is not None  # its timer (and so its loop) was given: it never moves
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tid = 0
-        self._watchers: dict[Hashable, dict[Any, None]] = {}
+        # key -> {id(operation): operation}: operations are themselves, whatever __eq__ and
+        # __hash__ a DelayedOperation subclass defines (a dataclass's, say).
+        self._watchers: dict[Hashable, dict[int, _Operation]] = {}
         self._peak = 0
         self._live = 0
         self._completed = 0
@@ -238,25 +244,32 @@ class Purgatory:
     def wait(
         self, keys: Iterable[Hashable], check: Callable[[], _T | None], timeout: Seconds | None
     ) -> _Wait[_T]:
-        """Wait until ``check()`` returns something other than None, and return that.
+        """Wait until ``check()`` returns something other than None or False, and return that.
 
         ``check()`` is called now, then each time one of ``keys`` is :meth:`signal`\\ led,
-        in the loop's thread; the first value it returns that is not None is the result.
-        Past ``timeout`` seconds (None: no deadline) the wait raises :class:`TimeoutError`;
-        ``timeout=0`` checks once. If ``check()`` raises, the wait raises that error.
-        Cancelling the waiting task takes the operation out of its keys and off the wheel
-        at once.
+        in the loop's thread; the first value it returns that is neither None nor False is the
+        result, so a predicate (``lambda: len(acks) >= 2``) returns True and a lookup
+        (``lambda: ready.get(order_id)``) returns what it found. Past ``timeout`` seconds
+        (None: no deadline) the wait raises :class:`TimeoutError`, naming its keys;
+        ``timeout=0`` checks once. If ``check()`` raises, the wait raises that error (a
+        ``StopIteration`` as a RuntimeError from it, as a coroutine would). A check must
+        answer at once: an ``async def`` check, or one returning any awaitable, is refused
+        with TypeError. Cancelling the waiting task takes the operation out of its keys and
+        off the wheel at once.
 
-        Not a coroutine: the operation is watched when ``wait()`` is called, and what it
-        returns is the operation, a future to asyncio (not a subclass of
-        :class:`asyncio.Future`, but :func:`asyncio.isfuture` holds), done already if the
-        first check held. Await it, or cancel it to give up.
+        Use it as the coroutine it looks like: ``await`` it, hand it to
+        ``asyncio.create_task``, ``TaskGroup.create_task``, ``asyncio.run`` or anyio's
+        ``start_soon(purgatory.wait, keys, check, timeout)``. Called in a running loop, the
+        operation is watched at once and what is returned is the operation itself, a future
+        to asyncio too (:func:`asyncio.isfuture` holds: ``gather``, ``wait_for`` and
+        ``shield`` take it without a task), done already if the first check held; called
+        with no loop running (``asyncio.run(purgatory.wait(...))``), it starts when first
+        awaited. Like any coroutine it is refused by :func:`asyncio.wait`: pass
+        ``asyncio.create_task(purgatory.wait(...))`` there.
 
         >>> value = await purgatory.wait(["orders"], lambda: ready.get(order_id), 5.0)
         """
-        loop = asyncio._get_running_loop()
-        if loop is None or loop is not self._loop:
-            loop = self._bind("wait")
+        # Every argument is checked before anything changes (the loop bound, a timer filed).
         if type(keys) is not tuple or len(keys) != 1:
             keys = _keys("wait", keys)
         else:
@@ -272,32 +285,15 @@ class Purgatory:
             delay = timeout
         else:
             delay = self._delay("wait", timeout)
-        op: _Wait[_T] = _Wait(loop, self, keys, check)
-        try:
-            result = check()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            op._phase = _FAILED
-            self._failed += 1
-            op._fail(exc)
-            return op
-        if result is not None:
-            op._phase = _COMPLETED
-            self._completed += 1
-            op._done(result)
-            return op
-        if delay == 0.0:
-            op._phase = _EXPIRED
-            self._expired += 1
-            op._fail(TimeoutError())
-            return op
-        if delay != _inf:
-            timer = self._timer
-            assert timer is not None
-            op._handle = timer.call_later(delay, op, context=self._context)
-        self._watch(op, keys)
-        op._phase = _PENDING
+        loop = _get_running_loop()
+        if loop is None:
+            # No loop yet (asyncio.run(p.wait(...)), loop.run_until_complete(...)): the wait
+            # starts when a task first steps it, in that task's loop.
+            return _Wait(None, self, keys, check, delay)
+        if loop is not self._loop:
+            loop = self._bind("wait", loop)
+        op: _Wait[_T] = _Wait(loop, self, keys, check, delay)
+        self._start(op)
         return op
 
     def watch(
@@ -315,7 +311,6 @@ class Purgatory:
 
         >>> purgatory.watch(DelayedProduce(acks_needed=2), ["partition-0"], 30.0)
         """
-        self._bind("watch")
         if not isinstance(operation, DelayedOperation):
             raise TypeError(
                 "Purgatory.watch(): operation must be a DelayedOperation, "
@@ -325,6 +320,7 @@ class Purgatory:
             raise RuntimeError(f"Purgatory.watch(): {operation!r} was watched already")
         keys = _keys("watch", keys)
         delay = _inf if timeout is None else self._delay("watch", timeout)
+        self._bind("watch", _get_running_loop())
         operation._purgatory = self
         operation._keys = keys
         operation._handle = None
@@ -370,13 +366,18 @@ class Purgatory:
         if ops is None:
             return 0
         if self._tid != _get_ident():
-            raise RuntimeError(
-                "Purgatory.signal(): called from a thread that does not run the purgatory's "
-                "loop: hand it over with loop.call_soon_threadsafe(purgatory.signal, key)"
-            )
+            if not self._on_loop_thread():
+                raise RuntimeError(
+                    "Purgatory.signal(): called from a thread that does not run the "
+                    "purgatory's loop: hand it over with "
+                    "loop.call_soon_threadsafe(purgatory.signal, key)"
+                )
+            ops = self._watchers.get(key)  # it may have let a closed loop's operations go
+            if ops is None:
+                return 0
         completed = 0
         # A snapshot: a check may finish other operations of this key (or watch new ones).
-        for op in tuple(ops):
+        for op in tuple(ops.values()):
             if op._phase != _PENDING:
                 continue
             if type(op) is not _Wait:
@@ -392,8 +393,11 @@ class Purgatory:
                 continue
             if op._phase != _CHECKING:
                 continue  # cancelled by its own check
-            if result is None:
+            if result is None or result is False:
                 op._phase = _PENDING
+                continue
+            if isinstance(result, Awaitable):
+                op._failed(_awaited("wait", "check", result))
                 continue
             op._phase = _COMPLETED
             self._completed += 1
@@ -404,23 +408,111 @@ class Purgatory:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _bind(self, method: str) -> asyncio.AbstractEventLoop:
-        """The running loop, which must be this purgatory's (bound on first use)."""
+    def _bind(
+        self, method: str, running: asyncio.AbstractEventLoop | None
+    ) -> asyncio.AbstractEventLoop:
+        """The running loop ``running``, which becomes this purgatory's: bound on first use, and
+        again once its earlier loop is closed or it has no live operation there (a module-level
+        purgatory serves each ``asyncio.run`` in turn). Refused while operations live on an
+        open loop, and for a purgatory given a timer (the timer's loop is its loop)."""
         loop = self._loop
-        running = asyncio._get_running_loop()
-        if running is not None and running is loop:
-            return running
         if running is None:
             raise RuntimeError(f"Purgatory.{method}(): needs a running event loop")
+        if running is loop:
+            self._tid = _get_ident()  # the loop may run in another thread than it did
+            return running
         if loop is not None:
-            raise RuntimeError(
-                f"Purgatory.{method}(): this purgatory belongs to another event loop"
-            )
+            if self._given:
+                raise RuntimeError(
+                    f"Purgatory.{method}(): this purgatory belongs to another event loop (the "
+                    "loop of the timer it was given)"
+                )
+            if self._live and not loop.is_closed():
+                raise RuntimeError(
+                    f"Purgatory.{method}(): this purgatory belongs to another event loop, where "
+                    f"{self._live} operation(s) still wait (it moves to a new loop once that "
+                    "loop is closed or has none left)"
+                )
+            self._abandon()
+            self._timer = None
         timer = self._timer if self._timer is not None else get_timer()
         self._timer = timer
         self._loop = running
         self._tid = _get_ident()
         return running
+
+    def _on_loop_thread(self) -> bool:
+        """The slow path of the thread check (this thread did not use the purgatory last):
+        True if this thread runs the purgatory's loop now (a loop may run in another thread
+        than before), or a new loop the purgatory may move to (then it has moved)."""
+        running = _get_running_loop()
+        if running is None:
+            return False
+        if running is not self._loop:
+            loop = self._loop
+            if self._given or (loop is not None and self._live and not loop.is_closed()):
+                return False
+        self._bind("signal", running)
+        return True
+
+    def _abandon(self) -> None:
+        """End the operations left on a closed loop (nothing can await them any more) as
+        cancelled, each once: a DelayedOperation's on_cancel runs."""
+        watchers = self._watchers
+        left: dict[int, _Operation] = {}
+        for ops in watchers.values():
+            left.update(ops)
+        self._watchers = {}
+        self._peak = 0
+        self._live = 0
+        for op in left.values():
+            if op._phase >= _COMPLETED:
+                continue
+            op._phase = _CANCELLED
+            self._cancelled += 1
+            handle = op._handle
+            op._handle = None
+            if handle is not None:
+                with contextlib.suppress(Exception):  # a closed loop's timer: it never runs
+                    handle.cancel()
+            if type(op) is _Wait:
+                op._cancelled = True  # no callback: its loop is closed
+            elif isinstance(op, DelayedOperation):
+                self._hook(op, op.on_cancel)
+
+    def _start(self, op: _Wait[Any]) -> None:
+        """A wait's first check, and its watching if that did not end it (the wait is bound:
+        its phase is _FIRST). A check that answers with an awaitable is refused: TypeError
+        from here, nothing watched or counted."""
+        try:
+            result = op._check()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            op._phase = _FAILED
+            self._failed += 1
+            op._fail(_checked(exc))
+            return
+        if result is not None and result is not False:
+            if isinstance(result, Awaitable):
+                op._phase = _NEW
+                raise _awaited("wait", "check", result)
+            op._phase = _COMPLETED
+            self._completed += 1
+            op._done(result)
+            return
+        delay = op._timeout
+        if delay == 0.0:
+            op._phase = _EXPIRED
+            self._expired += 1
+            op._fail(op._timed_out())
+            return
+        if delay != _inf:
+            timer = self._timer
+            assert timer is not None
+            op._handle = timer.call_later(delay, op, context=self._context)
+        self._watch(op, op._keys)
+        op._phase = _PENDING
 
     @staticmethod
     def _delay(method: str, timeout: object) -> float:
@@ -448,14 +540,15 @@ class Purgatory:
     def _watch(self, op: _Operation, keys: tuple[Hashable, ...]) -> None:
         """Watch ``op`` under ``keys`` (its timer is filed: that is what can refuse)."""
         watchers = self._watchers
+        ident = id(op)
         for key in keys:
             ops = watchers.get(key)
             if ops is None:
-                watchers[key] = {op: None}
+                watchers[key] = {ident: op}
                 if len(watchers) > self._peak:
                     self._peak = len(watchers)
             else:
-                ops[op] = None
+                ops[ident] = op
         self._live += 1
 
     def _unwatch(self, op: _Operation) -> None:
@@ -465,6 +558,7 @@ class Purgatory:
             op._handle = None
             handle.cancel()
         watchers = self._watchers
+        ident = id(op)
         for key in op._keys:
             ops = watchers[key]
             if len(ops) == 1:
@@ -475,7 +569,7 @@ class Purgatory:
                     self._watchers = watchers = dict(watchers)
                     self._peak = len(watchers)
             else:
-                del ops[op]
+                del ops[ident]
         self._live -= 1
 
     def _attempt(self, op: DelayedOperation) -> bool:
@@ -483,8 +577,12 @@ class Purgatory:
         watched or watched); complete it if it says so. True if it completed now. An exception
         fails it."""
         trying = op._phase
+        # Through an object-typed callable: a subclass's try_complete may answer with any
+        # value (None for "not yet", a count...), read by its truth in both builds (a call
+        # typed bool would make the compiled build refuse all but bool).
+        try_complete: Callable[[], object] = op.try_complete
         try:
-            holds = op.try_complete()
+            holds = try_complete()
         except (SystemExit, KeyboardInterrupt):
             if op._phase == trying:
                 op._phase = _NEW if trying == _FIRST else _PENDING
@@ -500,7 +598,19 @@ class Purgatory:
             return False
         if op._phase == _COMPLETED:
             return True  # try_complete called force_complete itself
-        if op._phase != trying or not holds:
+        if op._phase != trying:
+            return False
+        if isinstance(holds, Awaitable):
+            refused = _awaited("watch", "operation.try_complete", holds)
+            if trying == _FIRST:
+                op._phase = _NEW  # refused by watch(): nothing watched, nothing counted
+                raise refused
+            op._phase = _FAILED
+            self._failed += 1
+            self._unwatch(op)
+            self._report(op, "try_complete", refused)
+            return False
+        if not holds:
             return False
         op._phase = _COMPLETED
         if trying == _CHECKING:
@@ -544,18 +654,23 @@ def _keys(method: str, keys: object) -> tuple[Hashable, ...]:
             pass
         else:
             return keys  # the common case, kept as given: no copy
-    try:
-        distinct = tuple(dict.fromkeys(keys))  # type: ignore[call-overload]
-    except TypeError:
-        if not isinstance(keys, Iterable):
-            raise TypeError(
-                f"Purgatory.{method}(): keys must be a collection of keys, "
-                f"got {type(keys).__name__}"
-            ) from None
-        bad = next(key for key in keys if not isinstance(key, Hashable))
+    if not isinstance(keys, Iterable):
         raise TypeError(
-            f"Purgatory.{method}(): keys must be hashable, got {type(bad).__name__}"
-        ) from None
+            f"Purgatory.{method}(): keys must be a collection of keys, got {type(keys).__name__}"
+        )
+    given = tuple(keys)  # once: an iterator can be read only once
+    try:
+        distinct = tuple(dict.fromkeys(given))
+    except TypeError:
+        for key in given:
+            try:
+                hash(key)
+            except TypeError:
+                raise TypeError(
+                    f"Purgatory.{method}(): keys must be hashable, got {type(key).__name__} "
+                    f"{key!r}"
+                ) from None
+        raise
     if not distinct:
         raise ValueError(f"Purgatory.{method}(): keys must not be empty")
     return distinct
@@ -569,12 +684,14 @@ class _Wait(Generic[_T]):
     bookkeeping, and (called) the timer's expiry. Awaiting it allocates nothing more: it is
     its own iterator."""
 
-    # On the class too, as asyncio.Future has it: asyncio.isfuture() looks for it there.
-    _asyncio_future_blocking: bool = False
-    _loop: asyncio.AbstractEventLoop
+    # On the class too, as asyncio.Future has it: asyncio.isfuture() looks for it there. None
+    # on a wait made with no loop running: not a future yet, so asyncio wraps it in a task.
+    _asyncio_future_blocking: bool | None = False
+    _loop: asyncio.AbstractEventLoop | None
     _purgatory: Purgatory
     _keys: tuple[Hashable, ...]
     _check: Callable[[], _T | None]
+    _timeout: float
     _handle: Handle | None
     _phase: int
     _result: object
@@ -588,18 +705,24 @@ class _Wait(Generic[_T]):
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
+        loop: asyncio.AbstractEventLoop | None,
         purgatory: Purgatory,
         keys: tuple[Hashable, ...],
         check: Callable[[], _T | None],
+        timeout: float,
     ) -> None:
-        self._asyncio_future_blocking = False
         self._loop = loop
         self._purgatory = purgatory
         self._keys = keys
         self._check = check
+        self._timeout = timeout
         self._handle = None
-        self._phase = _FIRST
+        if loop is None:
+            self._asyncio_future_blocking = None
+            self._phase = _NEW  # started by the first task step (_begin)
+        else:
+            self._asyncio_future_blocking = False
+            self._phase = _FIRST
         self._result = None
         self._exception = None
         self._traceback = None
@@ -632,7 +755,8 @@ class _Wait(Generic[_T]):
         self._schedule()
 
     def _failed(self, exc: BaseException) -> None:
-        """Its check raised ``exc`` (its phase was _CHECKING)."""
+        """Its check raised ``exc`` (its phase was _CHECKING), or answered with what it may
+        not (``exc`` is then the TypeError saying so)."""
         if isinstance(exc, SystemExit | KeyboardInterrupt):
             if self._phase == _CHECKING:
                 self._phase = _PENDING
@@ -642,7 +766,7 @@ class _Wait(Generic[_T]):
             purgatory = self._purgatory
             purgatory._failed += 1
             purgatory._unwatch(self)
-            self._fail(exc)
+            self._fail(_checked(exc))
 
     def __call__(self) -> None:
         """The timer's callback: the deadline passed."""
@@ -652,21 +776,47 @@ class _Wait(Generic[_T]):
             purgatory = self._purgatory
             purgatory._expired += 1
             purgatory._unwatch(self)
-            self._fail(TimeoutError())
+            self._fail(self._timed_out())
+
+    def _timed_out(self) -> TimeoutError:
+        """The error of a wait whose deadline passed, naming its keys and timeout."""
+        return TimeoutError(
+            f"Purgatory.wait(): no result within {self._timeout:g} s for keys "
+            f"{list(self._keys)!r}"
+        )
 
     def _schedule(self) -> None:
         """Schedule the done callbacks (as a future does: each a loop callback)."""
         callback = self._callback
         loop = self._loop
-        if callback is not None:
-            self._callback = None
-            loop.call_soon(callback, self, context=self._context)
-            self._context = None
-        more = self._more
-        if more is not None:
-            self._more = None
-            for callback, context in more:
-                loop.call_soon(callback, self, context=context)
+        assert loop is not None  # a wait that ends has started
+        try:
+            if callback is not None:
+                self._callback = None
+                loop.call_soon(callback, self, context=self._context)
+                self._context = None
+            more = self._more
+            if more is not None:
+                self._more = None
+                for callback, context in more:
+                    loop.call_soon(callback, self, context=context)
+        except RuntimeError:
+            if not loop.is_closed():
+                raise
+            # A wait left on a closed loop, ended from the next one: nothing can await it.
+
+    def _begin(self) -> None:
+        """Start a wait made with no loop running, in the loop of the task stepping it."""
+        running = _get_running_loop()
+        if running is None:
+            raise RuntimeError("Purgatory.wait(): awaited with no running event loop")
+        purgatory = self._purgatory
+        if running is not purgatory._loop:
+            running = purgatory._bind("wait", running)
+        self._loop = running
+        self._asyncio_future_blocking = False
+        self._phase = _FIRST
+        purgatory._start(self)
 
     # -- asyncio's future protocol -----------------------------------------------------------------
 
@@ -675,9 +825,12 @@ class _Wait(Generic[_T]):
         keys and the wheel before this returns. False if it had ended already."""
         if self._phase >= _COMPLETED:
             return False
-        self._phase = _CANCELLED
         self._cancelled = True
         self._cancel_message = msg
+        if self._phase == _NEW:  # never started: nothing watched, nothing to wake
+            self._phase = _CANCELLED
+            return True
+        self._phase = _CANCELLED
         purgatory = self._purgatory
         purgatory._cancelled += 1
         purgatory._unwatch(self)
@@ -712,8 +865,12 @@ class _Wait(Generic[_T]):
         return self._exception
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop the wait belongs to."""
-        return self._loop
+        """The loop the wait belongs to (RuntimeError before a wait made with no loop running
+        has started)."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("Purgatory.wait(): not started yet (made with no loop running)")
+        return loop
 
     def add_done_callback(
         self, fn: Callable[..., object], *, context: contextvars.Context | None = None
@@ -721,7 +878,7 @@ class _Wait(Generic[_T]):
         """Call ``fn(wait)`` (as a loop callback) once the wait has its outcome."""
         if context is None:
             context = contextvars.copy_context()
-        if self._phase >= _COMPLETED:
+        if self._phase >= _COMPLETED and self._loop is not None:
             self._loop.call_soon(fn, self, context=context)
         elif self._callback is None and self._more is None:
             self._callback = fn
@@ -760,20 +917,45 @@ class _Wait(Generic[_T]):
         return found
 
     def __await__(self) -> Generator[Any, None, _T]:
-        return self  # type: ignore[return-value]  # its own iterator: no object per await
+        return self  # its own iterator: no object per await
 
     def __iter__(self) -> Generator[Any, None, _T]:
-        return self  # type: ignore[return-value]  # as __await__ (``yield from``)
+        return self  # as __await__ (``yield from``)
 
     def __next__(self) -> object:
-        if self._phase < _COMPLETED:
+        phase = self._phase
+        if phase < _COMPLETED:
+            if phase == _NEW:
+                self._begin()
+                if self._phase >= _COMPLETED:
+                    raise StopIteration(self.result())
             self._asyncio_future_blocking = True
             return self  # to the task, which adds its wake-up as a done callback
         raise StopIteration(self.result())
 
+    # The rest of the coroutine protocol: a wait is accepted wherever a coroutine is
+    # (asyncio.create_task, TaskGroup.create_task, asyncio.run, anyio's start_soon).
+
     def send(self, value: object) -> object:
-        """The iterator's ``send`` (the task sends None)."""
+        """The coroutine's ``send`` (a task sends None): step the wait."""
         return self.__next__()
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> object:
+        """The coroutine's ``throw``: the error goes to the awaiting code, and a wait still
+        pending is cancelled first (it leaves its keys and the wheel), as an ``async def``
+        wait would be by the error arriving at its ``await``."""
+        if val is None:
+            val = typ() if isinstance(typ, type) else typ
+        if tb is not None:
+            val = val.with_traceback(tb)
+        if self._phase < _COMPLETED:
+            self.cancel()
+        raise val
+
+    def close(self) -> None:
+        """The coroutine's ``close``: cancel the wait if it is still pending."""
+        if self._phase < _COMPLETED:
+            self.cancel()
 
     def __repr__(self) -> str:
         return f"<Purgatory.wait keys={list(self._keys)!r} {_OUTCOMES.get(self._phase, 'new')}>"
@@ -885,11 +1067,13 @@ class DelayedOperation:
         if state >= _COMPLETED:
             return False
         purgatory = self._purgatory
-        if purgatory._tid != _get_ident():
+        if purgatory._tid != _get_ident() and not purgatory._on_loop_thread():
             raise RuntimeError(
                 f"{type(self).__qualname__}.{method}(): called from a thread that does not run "
                 "the purgatory's loop: hand it over with loop.call_soon_threadsafe"
             )
+        if self._phase >= _COMPLETED:
+            return False  # it was left on a closed loop, and ended when the purgatory moved
         self._phase = outcome
         if state != _FIRST:  # watched under its keys
             purgatory._unwatch(self)
@@ -923,3 +1107,31 @@ class DelayedOperation:
 
 
 _Operation = _Wait[Any] | DelayedOperation
+
+# A wait answers to asyncio.iscoroutine and anyio's check as the coroutine it stands for (its
+# send / throw / close / __await__ would make collections.abc.Coroutine's hook say so of a
+# Python class; a compiled class is registered to be sure).
+Coroutine.register(_Wait)
+
+
+def _checked(exc: BaseException) -> BaseException:
+    """What a wait raises for an error from its check: the error itself, but a StopIteration
+    as a RuntimeError from it (raised into a task's coroutine, it would end the coroutine as
+    if it returned; asyncio.Future refuses it for that reason)."""
+    if isinstance(exc, StopIteration | StopAsyncIteration):
+        error = RuntimeError(f"Purgatory.wait(): check raised {type(exc).__name__}")
+        error.__cause__ = exc
+        return error
+    return exc
+
+
+def _awaited(method: str, name: str, value: object) -> TypeError:
+    """The error for a check that answered with an awaitable (an ``async def`` check): a
+    check must answer at once, inside the signal that runs it. A coroutine is closed, so
+    that it does not warn it was never awaited."""
+    if isinstance(value, Coroutine):
+        value.close()
+    return TypeError(
+        f"Purgatory.{method}(): {name} must answer at once, got an awaitable "
+        f"({type(value).__name__}): use a plain function (a signal runs it synchronously)"
+    )

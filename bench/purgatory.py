@@ -92,12 +92,12 @@ class Workload:
         else:
             self.conditions = [asyncio.Condition() for _ in range(keys)]
 
-    def check_of(self, key: int, target: int) -> Callable[[], bool | None]:
+    def check_of(self, key: int, target: int) -> Callable[[], bool]:
         counters = self.counters
 
-        def check() -> bool | None:
+        def check() -> bool:  # a predicate, as people write one: False is "not yet"
             self.checks += 1
-            return True if counters[key] >= target else None
+            return counters[key] >= target
 
         return check
 
@@ -195,8 +195,8 @@ async def churn(total: int, keys: int) -> dict[str, float]:
     purgatory = aiowheel.Purgatory()
     counters = [0] * keys
 
-    def check_of(key: int, target: int) -> Callable[[], bool | None]:
-        return lambda: True if counters[key] >= target else None
+    def check_of(key: int, target: int) -> Callable[[], bool]:
+        return lambda: counters[key] >= target
 
     async def operation(key: int, target: int) -> None:
         with contextlib.suppress(TimeoutError):

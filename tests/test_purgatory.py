@@ -9,11 +9,13 @@ loop-mode twin of each) with waits of a few milliseconds at most.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import math
 import sys
 import threading
 import tracemalloc
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -546,21 +548,110 @@ async def test_a_signal_from_another_thread_is_refused() -> None:
 # -- the loop it belongs to, and what it shows ------------------------------------------------
 
 
-def test_a_purgatory_belongs_to_one_loop() -> None:
-    purgatory = Purgatory()
+def test_a_module_level_purgatory_serves_consecutive_loops() -> None:
+    purgatory = Purgatory()  # as the docs' first example makes it: before any loop
 
-    async def use() -> None:
-        await purgatory.wait(["k"], lambda: 1, 1)
+    async def use(value: str) -> str:
+        return await purgatory.wait(["k"], lambda: value, 1)
 
-    asyncio.run(use())
-    with pytest.raises(RuntimeError, match="belongs to another event loop"):
-        asyncio.run(use())
-    with pytest.raises(RuntimeError, match=r"^Purgatory\.wait\(\): needs a running event loop"):
-        purgatory.wait(["k"], lambda: 1, 1)
+    # Three asyncio.run's, one after another: each loop is closed when the next binds it.
+    assert [asyncio.run(use(str(n))) for n in range(3)] == ["0", "1", "2"]
+    assert aiowheel.run(use("aiowheel.run")) == "aiowheel.run"
+    # A wait made with no loop running starts in the loop that first steps it.
+    assert asyncio.run(purgatory.wait(["k"], lambda: "run", 1)) == "run"  # type: ignore[arg-type]
+    loop = asyncio.new_event_loop()
+    try:
+        made = purgatory.wait(["k"], lambda: "ruc", 1)
+        assert not asyncio.isfuture(made)  # not a future yet: asyncio wraps it in a task
+        assert loop.run_until_complete(made) == "ruc"
+        assert asyncio.isfuture(made) and made.get_loop() is loop
+    finally:
+        loop.close()
+    assert purgatory.stats() == PurgatoryStats(0, 0, 6, 0, 0, 0)
     with pytest.raises(
         TypeError, match=r"^Purgatory\(\): timer must be an aiowheel.Timer or None, got str"
     ):
         Purgatory("timer")  # type: ignore[arg-type]
+
+
+def test_operations_left_on_a_closed_loop_end_as_cancelled_when_the_purgatory_moves() -> None:
+    purgatory = Purgatory()
+    cancelled: list[str] = []
+
+    class Left(DelayedOperation):
+        def on_cancel(self) -> None:
+            cancelled.append("left")
+
+    async def leave() -> None:
+        purgatory.wait(["a"], lambda: None, 30)  # never awaited: left pending
+        purgatory.watch(Left(), ["a", "b"], None)
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(leave())
+    assert len(purgatory) == 2
+
+    async def other() -> None:
+        with pytest.raises(RuntimeError, match="belongs to another event loop, where 2 "):
+            purgatory.wait(["a"], lambda: 1, 1)
+
+    # The first loop is still open, with live operations: the purgatory stays on it.
+    asyncio.run(other())
+    assert len(purgatory) == 2 and cancelled == []
+    loop.close()
+
+    async def next_loop() -> int:
+        assert purgatory.signal("b") == 0  # its check still says no
+        return await purgatory.wait(["a"], lambda: 3, 1)  # moves it: the closed loop's end
+
+    assert asyncio.run(next_loop()) == 3
+    assert cancelled == ["left"]
+    assert purgatory.stats() == PurgatoryStats(0, 0, 1, 0, 2, 0)
+
+
+def test_a_purgatory_given_a_timer_stays_on_the_timer_s_loop() -> None:
+    async def first() -> Purgatory:
+        purgatory = Purgatory(aiowheel.get_timer())
+        assert await purgatory.wait(["k"], lambda: 1, 1) == 1
+        return purgatory
+
+    purgatory = asyncio.run(first())
+
+    async def second() -> None:
+        with pytest.raises(RuntimeError, match="the loop of the timer it was given"):
+            purgatory.wait(["k"], lambda: 1, 1)
+
+    asyncio.run(second())
+
+
+def test_the_loop_s_current_thread_may_signal() -> None:
+    """A loop run first in one thread and then in another: the second thread signals."""
+    loop = asyncio.new_event_loop()
+    purgatory = Purgatory()
+    box: dict[str, int] = {}
+    outcome: list[object] = []
+
+    def in_thread(coro: Any) -> None:
+        thread = threading.Thread(target=lambda: outcome.append(loop.run_until_complete(coro)))
+        thread.start()
+        thread.join(10)
+        assert not thread.is_alive()
+
+    async def first() -> None:
+        assert await purgatory.wait(["k"], lambda: 1, 1) == 1
+
+    async def second() -> int:
+        waiting = asyncio.ensure_future(purgatory.wait(["k"], lambda: box.get("k"), 5))
+        await asyncio.sleep(0)
+        box["k"] = 2
+        assert purgatory.signal("k") == 1  # from the thread running the loop now
+        return await waiting
+
+    try:
+        in_thread(first())
+        in_thread(second())
+    finally:
+        loop.close()
+    assert outcome == [None, 2]
 
 
 @anyio
@@ -727,3 +818,278 @@ async def test_a_cancelled_wait_carries_its_message_and_a_done_wait_does_not_can
     done.add_done_callback(late.append)  # on a done wait: scheduled at once
     await asyncio.sleep(0)
     assert late == [done]
+
+
+# -- a wait is accepted wherever a coroutine is ------------------------------------------------
+
+
+@anyio
+async def test_a_wait_is_accepted_wherever_a_coroutine_is() -> None:
+    purgatory = Purgatory()
+    box: dict[str, int] = {}
+
+    def check(key: str) -> Callable[[], int | None]:
+        return lambda: box.get(key)
+
+    task = asyncio.create_task(purgatory.wait(["a"], check("a"), 5))
+    async with asyncio.TaskGroup() as group:  # type: ignore[attr-defined,unused-ignore]
+        grouped = group.create_task(purgatory.wait(["b"], check("b"), 5))
+        await asyncio.sleep(0)
+        box["a"], box["b"] = 1, 2
+        assert purgatory.signal("a") == 1 and purgatory.signal("b") == 1
+    assert await task == 1 and grouped.result() == 2
+    loop = asyncio.get_running_loop()
+    assert await loop.create_task(purgatory.wait(["c"], lambda: 3, 5)) == 3  # held at once
+    assert await asyncio.ensure_future(purgatory.wait(["c"], lambda: 4, 5)) == 4
+    # Cancelling the task cancels the wait: it leaves its key at once.
+    task = asyncio.create_task(purgatory.wait(["d"], check("d"), 5))
+    await asyncio.sleep(0)
+    assert purgatory.watched("d") == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert purgatory.watched("d") == 0
+    # Cancelled before its first step: never watched.
+    task = asyncio.create_task(purgatory.wait(["e"], check("e"), 5))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert purgatory.watched("e") == 0 and len(purgatory) == 0
+    # asyncio.wait refuses a wait as it refuses any coroutine; a task of it is accepted.
+    with pytest.raises(TypeError, match="coroutines is forbidden"):
+        await asyncio.wait([purgatory.wait(["f"], lambda: 5, 5)])
+    done, _ = await asyncio.wait([asyncio.create_task(purgatory.wait(["f"], lambda: 6, 5))])
+    assert [t.result() for t in done] == [6]
+    assert purgatory.stats() == PurgatoryStats(0, 0, 6, 0, 2, 0)
+
+
+@pytest.mark.anyio
+async def test_anyio_start_soon_takes_the_wait_itself() -> None:
+    import anyio as anyio_module
+
+    purgatory = Purgatory()
+    box: dict[str, int] = {}
+    async with anyio_module.create_task_group() as group:
+        group.start_soon(purgatory.wait, ["k"], lambda: box.get("k"), 5)
+        await anyio_module.sleep(0)
+        assert purgatory.watched("k") == 1
+        box["k"] = 1
+        assert purgatory.signal("k") == 1
+    async with anyio_module.create_task_group() as group:
+        group.start_soon(purgatory.wait, ["j"], lambda: None, 5)
+        await anyio_module.sleep(0)
+        group.cancel_scope.cancel()  # an anyio cancel scope cancels the wait
+    assert purgatory.watched("j") == 0
+    assert purgatory.stats() == PurgatoryStats(0, 0, 1, 0, 1, 0)
+
+
+def test_a_wait_not_awaited_closes_as_a_coroutine_does() -> None:
+    async def main() -> None:
+        purgatory = Purgatory()
+        op = purgatory.wait(["k"], lambda: None, 30)
+        op.close()  # what a coroutine's owner does to give it up
+        assert op.cancelled() and len(purgatory) == 0
+        op = purgatory.wait(["k"], lambda: None, 30)
+        with pytest.raises(KeyError, match="thrown"):
+            op.throw(KeyError("thrown"))
+        assert op.cancelled() and len(purgatory) == 0
+        assert purgatory.stats().cancelled == 2
+
+    aiowheel.testing.run(main())
+
+
+# -- checks as people write them -----------------------------------------------------------------
+
+
+@given(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False),
+        st.text(max_size=3),
+        st.lists(st.integers(), max_size=2),
+        st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+        st.tuples(),
+    ),
+    st.booleans(),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_check_completes_the_wait_with_any_value_but_none_and_false(
+    value: object, at_once: bool
+) -> None:
+    """None and False are "not yet"; every other value is the result (0, "" and [] too)."""
+
+    async def main() -> None:
+        purgatory = Purgatory()
+        answer: list[object] = [None] if not at_once else [value]
+        op = purgatory.wait(["k"], lambda: answer[0], 1)
+        if not at_once:
+            answer[0] = value
+            purgatory.signal("k")
+        if value is None or value is False:
+            with pytest.raises(TimeoutError):
+                await op
+            assert purgatory.stats().expired == 1
+        else:
+            assert await op is value
+            assert purgatory.stats().completed == 1
+
+    aiowheel.testing.run(main())
+
+
+@given(st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.text(max_size=2),
+                 st.lists(st.integers(), max_size=1)))  # fmt: skip
+@settings(max_examples=40, deadline=None)
+def test_try_complete_is_read_by_its_truth_in_both_builds(value: object) -> None:
+    class Answer(DelayedOperation):
+        def try_complete(self) -> Any:
+            return answer[0]
+
+    async def main() -> None:
+        errors = collect_errors(asyncio.get_running_loop())
+        purgatory = Purgatory()
+        op = Answer()
+        assert purgatory.watch(op, ["k"], 1) is False
+        answer[0] = value
+        purgatory.signal("k")
+        assert op.outcome == ("completed" if value else "pending")
+        op.cancel()
+        assert errors == []
+
+    answer: list[object] = [None]
+    aiowheel.testing.run(main())
+
+
+def test_a_check_raising_stop_iteration_fails_the_wait_with_a_runtime_error() -> None:
+    async def main() -> None:
+        purgatory = Purgatory()
+        with pytest.raises(RuntimeError, match="check raised StopIteration") as caught:
+            await purgatory.wait(["k"], lambda: next(iter(())), 1)
+        assert isinstance(caught.value.__cause__, StopIteration)
+        raising = [False]
+
+        def later() -> None:
+            if raising[0]:
+                next(iter(()))
+
+        op = purgatory.wait(["k"], later, 1)
+        raising[0] = True
+        purgatory.signal("k")
+        with pytest.raises(RuntimeError, match="check raised StopIteration"):
+            await asyncio.create_task(op)  # through a task's coroutine too
+        assert purgatory.stats().failed == 2 and len(purgatory) == 0
+
+    aiowheel.testing.run(main())
+
+
+def test_an_async_check_is_refused_before_anything_is_watched() -> None:
+    async def main() -> None:
+        purgatory = Purgatory()
+
+        async def check() -> int:
+            return 1
+
+        with pytest.raises(TypeError, match=r"^Purgatory\.wait\(\): check must answer at once"):
+            purgatory.wait(["k"], check, 1)
+        assert purgatory.stats() == PurgatoryStats(0, 0, 0, 0, 0, 0)
+        # One that turns to an awaitable later fails its wait at that signal.
+        answer: list[Any] = [None]
+        op = purgatory.wait(["k"], lambda: answer[0], 1)
+        answer[0] = check()
+        purgatory.signal("k")
+        with pytest.raises(TypeError, match="check must answer at once"):
+            await op
+
+        class Async(DelayedOperation):
+            async def try_complete(self) -> bool:  # type: ignore[override]
+                return True
+
+        op2 = Async()
+        with pytest.raises(
+            TypeError, match=r"^Purgatory\.watch\(\): operation.try_complete must answer"
+        ):
+            purgatory.watch(op2, ["k"], 1)
+        assert op2.outcome == "new" and len(purgatory) == 0
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "coroutine was never awaited"
+        aiowheel.testing.run(main())
+        gc.collect()
+
+
+def test_a_timeout_names_its_keys_and_timeout() -> None:
+    async def main() -> None:
+        purgatory = Purgatory()
+        with pytest.raises(TimeoutError) as caught:
+            await purgatory.wait(["orders", 7], lambda: None, 0.25)
+        assert str(caught.value) == "Purgatory.wait(): no result within 0.25 s for keys ['orders', 7]"
+        with pytest.raises(TimeoutError, match="within 0 s"):
+            await purgatory.wait(["k"], lambda: None, 0)
+
+    aiowheel.testing.run(main())
+
+
+# -- operations are themselves -------------------------------------------------------------------
+
+
+def test_operations_are_watched_by_identity_whatever_their_eq_and_hash() -> None:
+    expired: list[object] = []
+
+    @dataclasses.dataclass(unsafe_hash=True)
+    class Equal(DelayedOperation):
+        n: int
+
+        def __post_init__(self) -> None:
+            super().__init__()
+
+        def on_expiration(self) -> None:
+            expired.append(self)
+
+    @dataclasses.dataclass
+    class Unhashable(DelayedOperation):
+        n: int
+
+        def __post_init__(self) -> None:
+            super().__init__()
+
+    async def main() -> None:
+        errors = collect_errors(asyncio.get_running_loop())
+        purgatory = Purgatory()
+        first, second = Equal(1), Equal(1)
+        purgatory.watch(first, ["k"], 0.5)
+        purgatory.watch(second, ["k"], 0.5)
+        assert purgatory.watched("k") == 2 and len(purgatory) == 2
+        third = Unhashable(1)
+        purgatory.watch(third, ["k"], None)
+        assert purgatory.watched("k") == 3
+        await asyncio.sleep(1)
+        assert [op is first or op is second for op in expired] == [True, True]
+        assert expired[0] is not expired[1]
+        assert third.cancel() and len(purgatory) == 0
+        assert purgatory.stats() == PurgatoryStats(0, 0, 0, 2, 1, 0)
+        assert errors == []
+
+    aiowheel.testing.run(main())
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ([([1],)], "keys must be hashable, got tuple ([1],)"),
+        (iter([[1]]), "keys must be hashable, got list [1]"),
+        ((k for k in ("a", {})), "keys must be hashable, got dict {}"),
+    ],
+    ids=["a tuple holding a list", "a one-shot iterator", "a generator"],
+)
+def test_keys_that_are_not_hashable_are_named_whatever_holds_them(
+    keys: Any, message: str
+) -> None:
+    async def main() -> None:
+        purgatory = Purgatory()
+        with pytest.raises(TypeError) as caught:
+            purgatory.wait(keys, lambda: None, 1)
+        assert str(caught.value) == f"Purgatory.wait(): {message}"
+        assert len(purgatory) == 0
+
+    aiowheel.testing.run(main())
