@@ -30,8 +30,16 @@ The shape here, and where it leaves Kafka's:
 - **One thread, no locks.** Kafka takes a per-operation lock in ``safeTryComplete`` because a
   request thread and the expiration reaper can race. Here every operation changes state in the
   loop's thread only (:meth:`Purgatory.signal` refuses another thread: hand it over with
-  ``loop.call_soon_threadsafe``), so a plain state field decides the one outcome: the first
-  of complete, expire, cancel or fail to run wins and the others find it finished.
+  ``loop.call_soon_threadsafe``; the thread is the one running the loop *now*, since asyncio
+  lets a loop run in one thread and later in another), so a plain state field decides the one
+  outcome: the first of complete, expire, cancel or fail to run wins and the others find it
+  finished. Operations are kept by identity (``id``), never by their ``__eq__`` /
+  ``__hash__``: two equal dataclass operations are two operations.
+- **One loop at a time, not one for life.** A purgatory made at module level (the docs' first
+  example) binds to the loop that first uses it, and moves to the next loop once that one is
+  closed or has no live operation, as each ``asyncio.run`` or test starts a loop of its own.
+  Operations left on a closed loop end as cancelled when it moves (nothing can await them).
+  A purgatory given a timer stays on the timer's loop.
   Kafka's ``tryCompleteElseWatch`` checks twice, before and after watching, to close the race
   with an event on another thread; here the check and the watching happen in one step.
 - **Expiry on the loop, not a reaper thread.** Kafka expires operations on a separate executor
@@ -40,14 +48,28 @@ The shape here, and where it leaves Kafka's:
   due batch runs it as one loop callback, and all it does for an awaited wait is to set a
   future's exception.
 - **Awaiting is the main form.** ``await purgatory.wait(keys, check, timeout)`` returns the
-  first value ``check()`` gives that is not None. The operation *is* the future the task
+  first value ``check()`` gives that is neither None nor False (so a predicate and a lookup
+  both read naturally). The operation *is* the future the task
   awaits, and the callable the timer calls: per wait there is one object, its timer handle and
   one entry per key, no coroutine frame, no extra future, no closure. It is not a subclass of
   :class:`asyncio.Future` but speaks its protocol (``_asyncio_future_blocking``, done
   callbacks, ``result`` / ``exception`` / ``cancel`` / ``get_loop``), as asyncio lets any
   future-like object do: tasks, ``gather``, ``wait_for`` and ``shield`` take it as a future,
   and :func:`asyncio.isfuture` holds. It is its own iterator, so awaiting it allocates no
-  ``FutureIter`` either. Why: more than half of a wait's cost is the cyclic collector's passes
+  ``FutureIter`` either. It also speaks the *coroutine* protocol (``send`` / ``throw`` /
+  ``close``, registered as a :class:`collections.abc.Coroutine`), because people call
+  ``wait`` as the ``async def`` it reads as: ``asyncio.create_task(purgatory.wait(...))``,
+  ``TaskGroup.create_task``, ``asyncio.run`` and anyio's ``start_soon`` all demand a
+  coroutine. A task steps it as it would an ``async def`` whose body awaits the wait: the
+  first step yields the wait itself to the task, the wake-up's step ends with its result,
+  and an error thrown in (the task cancelled) cancels the wait first. The one place the two
+  protocols collide is :func:`asyncio.wait`, which refuses every coroutine: there, as for an
+  ``async def``, pass a task. Made with no loop running (``asyncio.run(purgatory.wait(...))``)
+  a wait is not a future yet (``_asyncio_future_blocking`` is None, so asyncio wraps it in a
+  task) and starts at its first step. An ``async def`` check is refused, not awaited: a
+  signal runs the checks synchronously, and the check-then-complete step that makes every
+  outcome exactly-once without locks would be torn apart by an ``await`` inside it.
+  Why one object: more than half of a wait's cost is the cyclic collector's passes
   over the objects each waiting task keeps alive (``python -m bench.purgatory
   --collector-off``); one object fewer per wait, and native slots instead of a C future plus a
   Python subclass's, is what took the bench past 5x the stock way. Cancelling the task cancels
@@ -157,9 +179,11 @@ class Purgatory:
 
     A task waits with :meth:`wait`; code that changes the state a condition reads calls
     :meth:`signal` with the key it changed, which re-checks only the operations watched under
-    that key. A purgatory belongs to one event loop: the first loop it is used in, or the
-    loop of ``timer`` if given. Deadlines are filed on ``timer`` (default: the loop's default
-    Timer, :func:`aiowheel.get_timer`, which on a loop-mode loop is the loop's own wheel).
+    that key. A purgatory serves one event loop at a time: the first loop it is used in, and
+    the next once that one is closed or has no live operation (so one made at module level
+    serves each ``asyncio.run`` and each test in turn); with ``timer`` given, the timer's
+    loop only. Deadlines are filed on ``timer`` (default: the loop's default Timer,
+    :func:`aiowheel.get_timer`, which on a loop-mode loop is the loop's own wheel).
 
     >>> purgatory = aiowheel.Purgatory()
     >>> messages: dict[str, list[str]] = {}
@@ -293,7 +317,7 @@ class Purgatory:
         if loop is not self._loop:
             loop = self._bind("wait", loop)
         op: _Wait[_T] = _Wait(loop, self, keys, check, delay)
-        self._start(op)
+        op._start()
         return op
 
     def watch(
@@ -368,9 +392,8 @@ class Purgatory:
         if self._tid != _get_ident():
             if not self._on_loop_thread():
                 raise RuntimeError(
-                    "Purgatory.signal(): called from a thread that does not run the "
-                    "purgatory's loop: hand it over with "
-                    "loop.call_soon_threadsafe(purgatory.signal, key)"
+                    "Purgatory.signal(): called from a thread that does not run the purgatory's"
+                    " loop: hand it over with loop.call_soon_threadsafe(purgatory.signal, key)"
                 )
             ops = self._watchers.get(key)  # it may have let a closed loop's operations go
             if ops is None:
@@ -433,7 +456,7 @@ class Purgatory:
                     f"{self._live} operation(s) still wait (it moves to a new loop once that "
                     "loop is closed or has none left)"
                 )
-            self._abandon()
+            _abandon(self)
             self._timer = None
         timer = self._timer if self._timer is not None else get_timer()
         self._timer = timer
@@ -454,65 +477,6 @@ class Purgatory:
                 return False
         self._bind("signal", running)
         return True
-
-    def _abandon(self) -> None:
-        """End the operations left on a closed loop (nothing can await them any more) as
-        cancelled, each once: a DelayedOperation's on_cancel runs."""
-        watchers = self._watchers
-        left: dict[int, _Operation] = {}
-        for ops in watchers.values():
-            left.update(ops)
-        self._watchers = {}
-        self._peak = 0
-        self._live = 0
-        for op in left.values():
-            if op._phase >= _COMPLETED:
-                continue
-            op._phase = _CANCELLED
-            self._cancelled += 1
-            handle = op._handle
-            op._handle = None
-            if handle is not None:
-                with contextlib.suppress(Exception):  # a closed loop's timer: it never runs
-                    handle.cancel()
-            if type(op) is _Wait:
-                op._cancelled = True  # no callback: its loop is closed
-            elif isinstance(op, DelayedOperation):
-                self._hook(op, op.on_cancel)
-
-    def _start(self, op: _Wait[Any]) -> None:
-        """A wait's first check, and its watching if that did not end it (the wait is bound:
-        its phase is _FIRST). A check that answers with an awaitable is refused: TypeError
-        from here, nothing watched or counted."""
-        try:
-            result = op._check()
-        except (SystemExit, KeyboardInterrupt):
-            raise
-        except BaseException as exc:
-            op._phase = _FAILED
-            self._failed += 1
-            op._fail(_checked(exc))
-            return
-        if result is not None and result is not False:
-            if isinstance(result, Awaitable):
-                op._phase = _NEW
-                raise _awaited("wait", "check", result)
-            op._phase = _COMPLETED
-            self._completed += 1
-            op._done(result)
-            return
-        delay = op._timeout
-        if delay == 0.0:
-            op._phase = _EXPIRED
-            self._expired += 1
-            op._fail(op._timed_out())
-            return
-        if delay != _inf:
-            timer = self._timer
-            assert timer is not None
-            op._handle = timer.call_later(delay, op, context=self._context)
-        self._watch(op, op._keys)
-        op._phase = _PENDING
 
     @staticmethod
     def _delay(method: str, timeout: object) -> float:
@@ -739,6 +703,11 @@ class _Wait(Generic[_T]):
         """The keys it is watched under."""
         return self._keys
 
+    @property
+    def __name__(self) -> str:
+        """Its name as a coroutine (a task's repr shows ``coro=<Purgatory.wait()>``)."""
+        return "Purgatory.wait"
+
     def _done(self, result: object) -> None:
         """It completed with ``result`` (its phase is final already): wake its waiters."""
         self._result = result
@@ -805,6 +774,41 @@ class _Wait(Generic[_T]):
                 raise
             # A wait left on a closed loop, ended from the next one: nothing can await it.
 
+    def _start(self) -> None:
+        """Its first check, and its watching if that did not end it (it is bound: its phase
+        is _FIRST). A check that answers with an awaitable is refused: TypeError from here,
+        nothing watched or counted."""
+        purgatory = self._purgatory
+        try:
+            result = self._check()
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self._phase = _FAILED
+            purgatory._failed += 1
+            self._fail(_checked(exc))
+            return
+        if result is not None and result is not False:
+            if isinstance(result, Awaitable):
+                self._phase = _NEW
+                raise _awaited("wait", "check", result)
+            self._phase = _COMPLETED
+            purgatory._completed += 1
+            self._done(result)
+            return
+        delay = self._timeout
+        if delay == 0.0:
+            self._phase = _EXPIRED
+            purgatory._expired += 1
+            self._fail(self._timed_out())
+            return
+        if delay != _inf:
+            timer = purgatory._timer
+            assert timer is not None
+            self._handle = timer.call_later(delay, self, context=purgatory._context)
+        purgatory._watch(self, self._keys)
+        self._phase = _PENDING
+
     def _begin(self) -> None:
         """Start a wait made with no loop running, in the loop of the task stepping it."""
         running = _get_running_loop()
@@ -816,7 +820,7 @@ class _Wait(Generic[_T]):
         self._loop = running
         self._asyncio_future_blocking = False
         self._phase = _FIRST
-        purgatory._start(self)
+        self._start()
 
     # -- asyncio's future protocol -----------------------------------------------------------------
 
@@ -1006,9 +1010,11 @@ class DelayedOperation:
     # -- to override -----------------------------------------------------------------------------
 
     def try_complete(self) -> bool:
-        """Check the condition: True if it holds (the operation then completes, and
-        :meth:`on_complete` runs). Called when watched and on each signal of its keys. It
-        may also call :meth:`force_complete` itself (Kafka's style) and return True."""
+        """Check the condition: a true value if it holds (the operation then completes, and
+        :meth:`on_complete` runs); None, False or any false value if not yet. Called when
+        watched and on each signal of its keys, and must answer at once: an ``async def``
+        try_complete is refused (TypeError from :meth:`Purgatory.watch`). It may also call
+        :meth:`force_complete` itself (Kafka's style) and return True."""
         return False
 
     def on_complete(self) -> None:
@@ -1112,6 +1118,31 @@ _Operation = _Wait[Any] | DelayedOperation
 # send / throw / close / __await__ would make collections.abc.Coroutine's hook say so of a
 # Python class; a compiled class is registered to be sure).
 Coroutine.register(_Wait)
+
+
+def _abandon(purgatory: Purgatory) -> None:
+    """End the operations ``purgatory`` left on a closed loop (nothing can await them any
+    more) as cancelled, each once: a DelayedOperation's on_cancel runs."""
+    left: dict[int, _Operation] = {}
+    for ops in purgatory._watchers.values():
+        left.update(ops)
+    purgatory._watchers = {}
+    purgatory._peak = 0
+    purgatory._live = 0
+    for op in left.values():
+        if op._phase >= _COMPLETED:
+            continue
+        op._phase = _CANCELLED
+        purgatory._cancelled += 1
+        handle = op._handle
+        op._handle = None
+        if handle is not None:
+            with contextlib.suppress(Exception):  # a closed loop's timer: it never runs
+                handle.cancel()
+        if type(op) is _Wait:
+            op._cancelled = True  # no callback: its loop is closed
+        elif isinstance(op, DelayedOperation):
+            purgatory._hook(op, op.on_cancel)
 
 
 def _checked(exc: BaseException) -> BaseException:

@@ -845,6 +845,7 @@ async def test_a_wait_is_accepted_wherever_a_coroutine_is() -> None:
     task = asyncio.create_task(purgatory.wait(["d"], check("d"), 5))
     await asyncio.sleep(0)
     assert purgatory.watched("d") == 1
+    assert "coro=<Purgatory.wait()>" in repr(task)  # named as a coroutine is
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
