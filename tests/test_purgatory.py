@@ -548,30 +548,67 @@ async def test_a_signal_from_another_thread_is_refused() -> None:
 # -- the loop it belongs to, and what it shows ------------------------------------------------
 
 
-def test_a_module_level_purgatory_serves_consecutive_loops() -> None:
+def test_a_module_level_purgatory_serves_consecutive_loops(base: Any) -> None:
     purgatory = Purgatory()  # as the docs' first example makes it: before any loop
+    box: dict[str, str] = {}
 
     async def use(value: str) -> str:
-        return await purgatory.wait(["k"], lambda: value, 1)
+        waiting = asyncio.create_task(purgatory.wait(["k"], lambda: box.pop("k", None), 1))
+        await asyncio.sleep(0)
+        box["k"] = value
+        purgatory.signal("k")
+        return await waiting
 
-    # Three asyncio.run's, one after another: each loop is closed when the next binds it.
-    assert [asyncio.run(use(str(n))) for n in range(3)] == ["0", "1", "2"]
+    def plain() -> asyncio.AbstractEventLoop:
+        return asyncio.new_event_loop() if base is None else base()  # type: ignore[no-any-return]
+
+    def twin() -> asyncio.AbstractEventLoop:
+        return aiowheel.new_event_loop(base)
+
+    # Three runs one after another, on the base and its loop-mode twin: each loop is closed
+    # when the next binds the purgatory.
+    for factory in (plain, twin):
+        for n in range(3):
+            with asyncio.Runner(loop_factory=factory) as runner:
+                assert runner.run(use(str(n))) == str(n)
     assert aiowheel.run(use("aiowheel.run")) == "aiowheel.run"
     # A wait made with no loop running starts in the loop that first steps it.
-    assert asyncio.run(purgatory.wait(["k"], lambda: "run", 1)) == "run"  # type: ignore[arg-type]
-    loop = asyncio.new_event_loop()
-    try:
-        made = purgatory.wait(["k"], lambda: "ruc", 1)
-        assert not asyncio.isfuture(made)  # not a future yet: asyncio wraps it in a task
-        assert loop.run_until_complete(made) == "ruc"
-        assert asyncio.isfuture(made) and made.get_loop() is loop
-    finally:
-        loop.close()
-    assert purgatory.stats() == PurgatoryStats(0, 0, 6, 0, 0, 0)
+    assert asyncio.run(purgatory.wait(["k"], lambda: "run", 1)) == "run"
+    with asyncio.Runner(loop_factory=plain) as runner:
+        assert runner.run(purgatory.wait(["k"], lambda: "runner", 1)) == "runner"
+    for factory in (plain, twin):
+        loop = factory()
+        try:
+            made = purgatory.wait(["k"], lambda: "ruc", 1)
+            assert not asyncio.isfuture(made)  # not a future yet: asyncio wraps it in a task
+            assert loop.run_until_complete(made) == "ruc"
+            assert asyncio.isfuture(made) and made.get_loop() is loop
+        finally:
+            loop.close()
+    assert purgatory.stats() == PurgatoryStats(0, 0, 11, 0, 0, 0)
     with pytest.raises(
         TypeError, match=r"^Purgatory\(\): timer must be an aiowheel.Timer or None, got str"
     ):
         Purgatory("timer")  # type: ignore[arg-type]
+
+
+SHARED = Purgatory()  # module level, as the docs make it: each test below runs on its own loop
+
+
+@anyio
+async def test_a_module_level_purgatory_serves_one_test() -> None:
+    task = asyncio.create_task(SHARED.wait(["first"], lambda: "one" if SHARED else None, 5))
+    await asyncio.sleep(0)
+    assert SHARED.signal("first") == 1  # len(SHARED) is 1 while it waits: the check holds
+    assert await task == "one"
+
+
+@anyio
+async def test_a_module_level_purgatory_serves_the_next_test_too() -> None:
+    assert SHARED.watched("first") == 0
+    assert await SHARED.wait(["second"], lambda: "two", 5) == "two"
+    with pytest.raises(TimeoutError, match=r"for keys \['second'\]"):
+        await SHARED.wait(["second"], lambda: None, 0.001)
 
 
 def test_operations_left_on_a_closed_loop_end_as_cancelled_when_the_purgatory_moves() -> None:
@@ -867,18 +904,19 @@ async def test_a_wait_is_accepted_wherever_a_coroutine_is() -> None:
 @pytest.mark.anyio
 async def test_anyio_start_soon_takes_the_wait_itself() -> None:
     import anyio as anyio_module
+    import anyio.lowlevel
 
     purgatory = Purgatory()
     box: dict[str, int] = {}
     async with anyio_module.create_task_group() as group:
         group.start_soon(purgatory.wait, ["k"], lambda: box.get("k"), 5)
-        await anyio_module.sleep(0)
+        await anyio_module.lowlevel.checkpoint()
         assert purgatory.watched("k") == 1
         box["k"] = 1
         assert purgatory.signal("k") == 1
     async with anyio_module.create_task_group() as group:
         group.start_soon(purgatory.wait, ["j"], lambda: None, 5)
-        await anyio_module.sleep(0)
+        await anyio_module.lowlevel.checkpoint()
         group.cancel_scope.cancel()  # an anyio cancel scope cancels the wait
     assert purgatory.watched("j") == 0
     assert purgatory.stats() == PurgatoryStats(0, 0, 1, 0, 1, 0)
@@ -1024,7 +1062,9 @@ def test_a_timeout_names_its_keys_and_timeout() -> None:
         purgatory = Purgatory()
         with pytest.raises(TimeoutError) as caught:
             await purgatory.wait(["orders", 7], lambda: None, 0.25)
-        assert str(caught.value) == "Purgatory.wait(): no result within 0.25 s for keys ['orders', 7]"
+        assert str(caught.value) == (
+            "Purgatory.wait(): no result within 0.25 s for keys ['orders', 7]"
+        )
         with pytest.raises(TimeoutError, match="within 0 s"):
             await purgatory.wait(["k"], lambda: None, 0)
 
