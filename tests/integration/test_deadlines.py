@@ -440,6 +440,23 @@ async def test_deadlines_are_filed_only_for_requests_that_wait_and_share_a_tick(
 
 
 @ON_VIRTUAL
+async def test_a_body_function_not_returning_bytes_is_named_and_latin1_settings_work() -> None:
+    async def slow(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.sleep(10)
+
+    wrong = DeadlineMiddleware(slow, timeout=1, body=lambda expired: "text")  # type: ignore[arg-type,return-value]
+    with pytest.raises(TypeError, match=re.escape(
+        "DeadlineMiddleware(): body must return bytes from its Expired, got str"
+    )):  # fmt: skip
+        await raw_call(wrong, http_scope())
+    # Latin-1 settings, allowed, are sent as such.
+    fine = DeadlineMiddleware(slow, timeout=1, header="X-Timeout", content_type="text/caf\u00e9")
+    sent = await raw_call(fine, http_scope(headers=[(b"x-timeout", b"0.5")]))
+    assert sent[0]["status"] == 504
+    assert (b"content-type", "text/caf\u00e9".encode("latin-1")) in sent[0]["headers"]
+
+
+@ON_VIRTUAL
 async def test_an_endpoint_that_swallows_its_cancellation_still_gets_the_504() -> None:
     async def stubborn(scope: Any, receive: Any, send: Any) -> None:
         with contextlib.suppress(asyncio.CancelledError):  # and returns without answering
@@ -487,6 +504,18 @@ async def test_the_fastapi_example_answers_its_documented_504() -> None:
          "DeadlineMiddleware(): header must be a header name"),
         (lambda: DeadlineMiddleware(ok_app, timeout=1, header=5), TypeError,
          "DeadlineMiddleware(): header must be a header name (a str) or None, got int"),
+        (lambda: DeadlineMiddleware(ok_app, timeout=1, header="x-d\u00e9lai"), ValueError,
+         "DeadlineMiddleware(): header must be a header name (ASCII letters, digits and "
+         "!#$%&'*+-.^_`|~) or None, got 'x-d\u00e9lai'"),
+        (lambda: DeadlineMiddleware(ok_app, timeout=1, header="x timeout"), ValueError,
+         "header must be a header name"),
+        (lambda: deadline_middleware(timeout=1, header="x-d\u00e9lai"), ValueError,
+         "deadline_middleware(): header must be a header name"),
+        (lambda: DeadlineMiddleware(ok_app, timeout=1, content_type="text/\u65e5"), ValueError,
+         "DeadlineMiddleware(): content_type must be a header value (latin-1, no control "
+         "characters), got 'text/\u65e5'"),
+        (lambda: deadline_middleware(timeout=1, content_type="text/plain\r\nx-evil: 1"),
+         ValueError, "deadline_middleware(): content_type must be a header value"),
         (lambda: DeadlineMiddleware(ok_app, timeout=1, status=999), ValueError,
          "DeadlineMiddleware(): status must be an HTTP status code, got 999"),
         (lambda: DeadlineMiddleware(ok_app, timeout=1, status="504"), TypeError,
