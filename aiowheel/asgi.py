@@ -53,12 +53,20 @@ complete (a final ``more_body: False``); so the ``TimeoutError`` is re-raised an
 does what it does for any app error once the response started: it logs it and aborts the
 connection, and the client sees a cut-off response.
 
+The deadline ends with the response: once the app hands the server its last body message
+(or its last trailers, or a ``pathsend``), the request leaves the wheel and nothing reads its
+deadline any more, so what the app still does in the request's task (Starlette's
+``BackgroundTasks`` run there after the response) is neither cancelled nor reported as an
+error. A background task that needs a bound puts its own ``aiowheel.timeout`` around it.
+
 A route's own deadline, three ways, each measured from the moment the request arrived:
 
 - ``overrides={"/reports/yearly": 60, "/health": 1, "/export/*": 120}``: exact paths, and
   prefixes ending in ``*`` (the longest wins), known before the app runs;
 - :func:`set_deadline` anywhere in the request's task (``set_deadline(30)``: 30 s after
-  the request arrived, later or sooner than the default);
+  the request arrived, later or sooner than the default), or in a worker thread the
+  request's context reached (a plain ``def`` endpoint): the move is then filed on the loop's
+  thread;
 - :func:`deadline` for FastAPI: ``@app.get("/slow", dependencies=[Depends(deadline(30))])``,
   the way a FastAPI user scopes anything to a route (a path map cannot name ``/items/{id}``).
 
