@@ -237,16 +237,18 @@ class _Request:
         """The request as the census names its deadline: its method and route (the route's
         template where the framework has matched one, else the path)."""
         route = self.route
-        if isinstance(route, Mapping):  # an ASGI scope
+        match_info = getattr(route, "match_info", None)
+        if match_info is not None:  # an aiohttp request (a mapping too: asked first)
+            method = getattr(route, "method", "")
+            resource = getattr(getattr(match_info, "route", None), "resource", None)
+            canonical = getattr(resource, "canonical", None)
+            path = canonical if isinstance(canonical, str) else getattr(route, "path", "")
+        elif isinstance(route, Mapping):  # an ASGI scope
             method = route.get("method", "")
             matched = getattr(route.get("route"), "path", None)  # FastAPI's matched route
             path = matched if isinstance(matched, str) else route.get("path", "")
-        else:  # an aiohttp request
-            method = getattr(route, "method", "")
-            resource = getattr(getattr(getattr(route, "match_info", None), "route", None),
-                               "resource", None)  # fmt: skip
-            canonical = getattr(resource, "canonical", None)
-            path = canonical if isinstance(canonical, str) else getattr(route, "path", "")
+        else:
+            return "?"
         return f"{method} {path}"
 
 

@@ -351,3 +351,24 @@ def test_under_uvicorn_background_tasks_finish_and_a_def_endpoint_gets_its_504(
     assert "Exception in ASGI application" not in output, output
     assert "Traceback" not in output, output
     assert re.search(r'"GET /background HTTP/1.1" 200', output), output
+
+
+@ON_REAL
+async def test_the_census_names_an_aiohttp_request_deadline_by_its_canonical_route() -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from aiowheel.aiohttp import deadline_middleware
+
+    seen: list[list[str]] = []
+
+    async def item(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.01)  # suspended once: the deadline is filed
+        seen.append([t.origin for t in request_deadlines()])
+        return web.json_response({})
+
+    app = web.Application(middlewares=[deadline_middleware(timeout=5)])
+    app.router.add_get("/items/{id}", item)
+    async with TestClient(TestServer(app)) as http:
+        assert (await http.get("/items/3")).status == 200
+    assert seen == [["request deadline GET /items/{id}"]]
