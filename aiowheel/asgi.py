@@ -531,6 +531,34 @@ def _positive(owner: str, name: str, value: object) -> float:
     return seconds if seconds <= _LONGEST else _LONGEST
 
 
+def _header_name(owner: str, header: object) -> str:
+    """``header=`` as the lower-case header name it names (an HTTP token), or a clear error
+    naming ``owner``: a name that is not latin-1 could never be looked up or sent."""
+    if not isinstance(header, str):
+        raise TypeError(
+            f"{owner}(): header must be a header name (a str) or None, got {type(header).__name__}"
+        )
+    if not _TOKEN.fullmatch(header.strip()):
+        raise ValueError(
+            f"{owner}(): header must be a header name (ASCII letters, digits and "
+            f"!#$%&'*+-.^_`|~) or None, got {header!r}"
+        )
+    return header.strip().lower()
+
+
+def _content_type(owner: str, content_type: object) -> str:
+    """``content_type=`` checked as a header value (latin-1, no control characters: what a
+    504 sends, and no header injection), or a clear error naming ``owner``."""
+    if not isinstance(content_type, str):
+        raise TypeError(f"{owner}(): content_type must be a str, got {type(content_type).__name__}")
+    if not _HEADER_VALUE.fullmatch(content_type):
+        raise ValueError(
+            f"{owner}(): content_type must be a header value (latin-1, no control "
+            f"characters), got {content_type!r}"
+        )
+    return content_type
+
+
 @final
 class _Settings:
     """A middleware's checked configuration: the deadlines by path, the header, the answer."""
@@ -578,17 +606,7 @@ class _Settings:
         prefixes.sort(key=lambda item: len(item[0]), reverse=True)  # the longest wins
         self.prefixes = tuple(prefixes)
         self.by_path = bool(self.exact or self.prefixes)  # else every request gets `timeout`
-        if header is not None and not isinstance(header, str):
-            raise TypeError(
-                f"{owner}(): header must be a header name (a str) or None, "
-                f"got {type(header).__name__}"
-            )
-        if header is not None and not _TOKEN.fullmatch(header.strip()):
-            raise ValueError(
-                f"{owner}(): header must be a header name (ASCII letters, digits and "
-                f"!#$%&'*+-.^_`|~) or None, got {header!r}"
-            )
-        self.header: str | None = None if header is None else header.strip().lower()
+        self.header: str | None = None if header is None else _header_name(owner, header)
         if isinstance(status, bool) or not isinstance(status, int):
             raise TypeError(
                 f"{owner}(): status must be an HTTP status code (an int), "
@@ -603,16 +621,7 @@ class _Settings:
                 f"got {type(body).__name__}"
             )
         self.body: Body = body
-        if not isinstance(content_type, str):
-            raise TypeError(
-                f"{owner}(): content_type must be a str, got {type(content_type).__name__}"
-            )
-        if not _HEADER_VALUE.fullmatch(content_type):
-            raise ValueError(
-                f"{owner}(): content_type must be a header value (latin-1, no control "
-                f"characters), got {content_type!r}"
-            )
-        self.content_type: str = content_type
+        self.content_type: str = _content_type(owner, content_type)
 
     def seconds_for(self, *paths: str) -> float:
         """The deadline, in seconds, of a request to the first of ``paths`` an override
