@@ -667,11 +667,17 @@ def test_the_loop_s_current_thread_may_signal() -> None:
     box: dict[str, int] = {}
     outcome: list[object] = []
 
-    def in_thread(coro: Any) -> None:
-        thread = threading.Thread(target=lambda: outcome.append(loop.run_until_complete(coro)))
+    release = threading.Event()
+
+    def run(coro: Any, stay: bool) -> None:
+        outcome.append(loop.run_until_complete(coro))
+        if stay:  # alive, so that the next thread cannot reuse its ident
+            release.wait(10)
+
+    def in_thread(coro: Any, stay: bool = False) -> threading.Thread:
+        thread = threading.Thread(target=run, args=(coro, stay))
         thread.start()
-        thread.join(10)
-        assert not thread.is_alive()
+        return thread
 
     async def first() -> None:
         assert await purgatory.wait(["k"], lambda: 1, 1) == 1
@@ -684,9 +690,17 @@ def test_the_loop_s_current_thread_may_signal() -> None:
         return await waiting
 
     try:
-        in_thread(first())
-        in_thread(second())
+        a = in_thread(first(), stay=True)
+        while not outcome and a.is_alive():
+            a.join(0.01)
+        b = in_thread(second())
+        b.join(10)
+        assert not b.is_alive()
+        release.set()
+        a.join(10)
+        assert a.ident != b.ident
     finally:
+        release.set()
         loop.close()
     assert outcome == [None, 2]
 
