@@ -145,3 +145,28 @@ def run_virtual(coro: Any) -> Any:
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+async def raw_call(
+    app: Any, scope: dict[str, Any], messages: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Call an ASGI app as a server would; the messages it sent."""
+    sent: list[dict[str, Any]] = []
+    inbox = list(messages or [{"type": "http.request", "body": b"", "more_body": False}])
+
+    async def receive() -> dict[str, Any]:
+        if inbox:
+            return inbox.pop(0)
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
+
+
+def http_scope(path: str = "/", headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
+    """An ASGI ``http`` scope for a GET of ``path``."""
+    return {"type": "http", "method": "GET", "path": path, "headers": headers or []}

@@ -26,7 +26,7 @@ import aiowheel
 import aiowheel.asgi
 import aiowheel.testing
 from aiowheel.asgi import DeadlineMiddleware, budget, set_deadline
-from tests.support import ROOT, collect_errors, free_port
+from tests.support import ROOT, collect_errors, free_port, http_scope, raw_call
 
 pytestmark = pytest.mark.anyio
 
@@ -38,22 +38,6 @@ ON_VIRTUAL = pytest.mark.parametrize(
 ON_REAL = pytest.mark.parametrize(
     "anyio_backend", [pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio")]
 )
-
-
-async def raw_call(app: Any, path: str = "/") -> list[dict[str, Any]]:
-    """Call an ASGI app as a server would; the messages it sent."""
-    sent: list[dict[str, Any]] = []
-    scope = {"type": "http", "method": "GET", "path": path, "headers": []}
-
-    async def receive() -> dict[str, Any]:
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    return sent
 
 
 START = {"type": "http.response.start", "status": 200, "headers": []}
@@ -82,7 +66,7 @@ async def test_once_the_response_is_complete_the_deadline_no_longer_guards_the_t
         await asyncio.sleep(5)  # past the 1 s deadline: never cancelled
         seen["finished"] = True
 
-    sent = await raw_call(DeadlineMiddleware(app, timeout=1))
+    sent = await raw_call(DeadlineMiddleware(app, timeout=1), http_scope())
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert seen == {"before": pytest.approx(0.5), "filed": 1, "after": (None, None, 0),
                     "finished": True}  # fmt: skip
@@ -96,7 +80,7 @@ async def _set_deadline_after_the_response() -> None:
         await send(LAST)
         set_deadline(10)
 
-    await raw_call(DeadlineMiddleware(app, timeout=1))
+    await raw_call(DeadlineMiddleware(app, timeout=1), http_scope())
 
 
 @ON_VIRTUAL
@@ -108,7 +92,7 @@ async def test_an_incomplete_response_is_still_cut_off_and_an_error_after_one_pr
         await send({"type": "http.response.trailers", "headers": [], "more_trailers": False})
 
     with pytest.raises(TimeoutError):  # the deadline's: the server aborts the response
-        await raw_call(DeadlineMiddleware(streaming, timeout=1))
+        await raw_call(DeadlineMiddleware(streaming, timeout=1), http_scope())
 
     async def with_trailers(scope: Any, receive: Any, send: Any) -> None:
         await send({**START, "trailers": True})
@@ -116,7 +100,8 @@ async def test_an_incomplete_response_is_still_cut_off_and_an_error_after_one_pr
         await send({"type": "http.response.trailers", "headers": [], "more_trailers": False})
         await asyncio.sleep(5)
 
-    await raw_call(DeadlineMiddleware(with_trailers, timeout=1))  # complete: not cut off
+    # Complete: not cut off.
+    await raw_call(DeadlineMiddleware(with_trailers, timeout=1), http_scope())
 
     async def fails_later(scope: Any, receive: Any, send: Any) -> None:
         await send(START)
@@ -125,7 +110,8 @@ async def test_an_incomplete_response_is_still_cut_off_and_an_error_after_one_pr
         raise aiowheel.asgi.BudgetExhausted("the background work's own")
 
     with pytest.raises(aiowheel.asgi.BudgetExhausted, match="the background work's own"):
-        await raw_call(DeadlineMiddleware(fails_later, timeout=1))  # as it is, not a 504
+        # As it is, not a 504.
+        await raw_call(DeadlineMiddleware(fails_later, timeout=1), http_scope())
 
 
 # --- set_deadline() from a worker thread -------------------------------------------------------
@@ -177,7 +163,7 @@ async def test_set_deadline_through_asyncio_to_thread_moves_the_deadline_sooner(
         await asyncio.sleep(1)
 
     begun = time.monotonic()
-    sent = await raw_call(DeadlineMiddleware(app, timeout=30))
+    sent = await raw_call(DeadlineMiddleware(app, timeout=30), http_scope())
     assert sent[0]["status"] == 504 and time.monotonic() - begun < 10
     assert request_deadlines() == []
 
@@ -199,7 +185,7 @@ async def test_a_huge_deadline_is_clamped_and_takes_no_other_request_s_away() ->
     started = loop.time()
     # Started in the same loop iteration: their deadlines are filed by one callback.
     big, slow, huge = await asyncio.gather(
-        raw_call(middleware, "/big"), raw_call(middleware, "/"), raw_call(middleware, "/huge")
+        *(raw_call(middleware, http_scope(path)) for path in ("/big", "/", "/huge"))
     )
     assert (big[0]["status"], slow[0]["status"], huge[0]["status"]) == (200, 504, 200)
     # The slow one's deadline held (without it, it would have slept its 3600 s).
@@ -208,7 +194,7 @@ async def test_a_huge_deadline_is_clamped_and_takes_no_other_request_s_away() ->
     async def moved(scope: Any, receive: Any, send: Any) -> None:
         assert set_deadline(1e308) - set_deadline(1) == pytest.approx(1e9 - 1)
 
-    await raw_call(DeadlineMiddleware(moved, timeout=1e308))  # clamped to 10**9 s
+    await raw_call(DeadlineMiddleware(moved, timeout=1e308), http_scope())  # clamped to 10**9 s
 
 
 @ON_VIRTUAL
@@ -229,7 +215,9 @@ async def test_a_deadline_that_cannot_be_filed_is_reported_and_kept_on_the_loop(
         await asyncio.sleep(3600)
 
     middleware = DeadlineMiddleware(app, timeout=1)
-    answers = await asyncio.gather(*(raw_call(middleware, p) for p in ("/a", "/bad", "/b")))
+    answers = await asyncio.gather(
+        *(raw_call(middleware, http_scope(path)) for path in ("/a", "/bad", "/b"))
+    )
     assert [sent[0]["status"] for sent in answers] == [504, 504, 504]
     (error,) = errors
     assert isinstance(error["exception"], OverflowError)

@@ -47,7 +47,7 @@ from aiowheel.asgi import (
     set_deadline,
 )
 from aiowheel.asgi import parse_timeout_header as parse
-from tests.support import BASES, ROOT, free_port
+from tests.support import BASES, ROOT, free_port, http_scope, raw_call
 
 pytestmark = pytest.mark.anyio
 
@@ -166,30 +166,6 @@ async def test_the_answer_is_made_at_the_deadline_and_its_body_is_configurable()
     assert expired.deadline <= expired.now <= expired.deadline + 0.002  # within a tick
     assert response.json() == {"waited": expired.waited, "path": "/slow"}
     assert work.cleaned == 1
-
-
-async def raw_call(
-    app: Any, scope: dict[str, Any], messages: list[dict[str, Any]] | None = None
-) -> list[dict[str, Any]]:
-    """Call an ASGI app as a server would; the messages it sent."""
-    sent: list[dict[str, Any]] = []
-    inbox = list(messages or [{"type": "http.request", "body": b"", "more_body": False}])
-
-    async def receive() -> dict[str, Any]:
-        if inbox:
-            return inbox.pop(0)
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    return sent
-
-
-def http_scope(path: str = "/", headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
-    return {"type": "http", "method": "GET", "path": path, "headers": headers or []}
 
 
 @ON_VIRTUAL
