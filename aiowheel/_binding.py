@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ._build import mypyc_attr
-from ._threads import FORKS, GETPID_IN_RUNNING_LOOP, LoopThread, get_ident
+from ._threads import FORKS, FREE_THREADED, GETPID_IN_RUNNING_LOOP, LoopThread, get_ident
 
 __all__ = ["TOO_MANY_TIMERS", "Binding", "listed_on"]
 
@@ -204,3 +204,33 @@ class Binding:
         RuntimeError(``refusal``) (:meth:`aiowheel._threads.LoopThread.claim`)."""
         with self.thread.lock:  # the bound loop read under it: closing holds it too
             self.thread.claim(refusal, self.bound)
+
+    def refuse_early(self, refusal: str) -> None:
+        """RuntimeError(``refusal``), without the lock, if the loop runs or is about to run
+        in another thread (:meth:`aiowheel._threads.LoopThread.refuse_early`)."""
+        self.thread.refuse_early(refusal, self.bound)
+
+    def foreign_call(self, refusal: str, call: Callable[[], bool]) -> bool:
+        """``call()`` from a thread that is not the loop's: refused (RuntimeError(``refusal``))
+        if the loop runs or is about to, else made under the take-over lock, with this thread
+        the loop's for that call only (:meth:`give_back`)."""
+        self.refuse_early(refusal)
+        with self.thread.lock:
+            previous = self.thread.ident
+            self.thread.claim(refusal, self.bound)
+            try:
+                return call()
+            finally:
+                self.give_back(previous)
+
+    def give_back(self, previous: int) -> None:
+        """A call that claimed the loop from another thread is done (the caller holds
+        ``thread.lock``, taken before it read ``previous``, the loop's thread then). On a
+        free-threaded build the take-over lasts for that one call: the loop is ``previous``'s
+        again, unless this thread runs it now. Kept, it let this thread's next calls take the
+        fast path, with no lock, and one of them could still be filing when the loop started
+        running in its own thread: two threads arming one wake-up (issue 48, a lost
+        wake-up under misuse). So every foreign call files under the lock, and ``run_forever``
+        (which takes it) never starts while one is under way."""
+        if FREE_THREADED and _get_running_loop() is not self.bound:
+            self.thread.set(previous)

@@ -8,11 +8,15 @@ wake-up on the base heap, as asyncio runs its heap by that fake), and the virtua
 ``trio.abc.Clock`` (``current_time``, ``deadline_to_sleep_time``) and its ``MockClock`` is one
 implementation; tokio's time driver takes its ``Clock`` and its ``Park`` the same way.
 
-A :class:`Clock` has two members. ``time`` reads the clock: the driver takes it once, as a
+A :class:`Clock` has three members. ``time`` reads the clock: the driver takes it once, as a
 callable, and calls it on every filing, so an implementation may make it an attribute holding a
 builtin (``time.monotonic`` on asyncio's loops, where a Python method around it would add a
 frame to every timer) rather than a method. ``wake_at(when, callback)`` files the driver's one
-wake-up and returns something with ``cancel()``.
+wake-up and returns something with ``cancel()``. ``exact`` says whether the clock's time is
+made by its wake-ups (the virtual clock: it jumps to where they are filed): the driver then
+files the wake-up at the earliest exact deadline of the bucket due, not at the bucket's tick,
+so that every timer runs with the clock at its own deadline (the reaper's ``Reaper.arm``).
+A real clock is not exact: its wake-up is at the tick, and a timer runs when its tick comes.
 
 The implementations: :class:`LoopClock` here (any event loop: a Timer's clock on a loop that
 is not in loop mode), ``_BaseHeap`` and the replaced-``time`` adapter of :mod:`aiowheel._loop`,
@@ -54,6 +58,11 @@ class Clock(Protocol):
         """Call ``callback`` once the clock has reached ``when``; cancellable."""
         ...
 
+    @property
+    def exact(self) -> bool:
+        """Whether wake-ups are filed at exact deadlines (see the module docstring)."""
+        ...
+
 
 class LoopClock:
     """An event loop's own clock and timer heap (a Timer on a loop not in loop mode).
@@ -63,6 +72,8 @@ class LoopClock:
     """
 
     __slots__ = ("_loop", "time")
+
+    exact: Final = False
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop: Final = loop
@@ -102,6 +113,11 @@ class FollowedClock:
     def wake_at(self, when: float, callback: Callable[[], None]) -> WakeHandle:
         """File the wake-up where the loop's clock files its own."""
         return self._state.clock.wake_at(when, callback)
+
+    @property
+    def exact(self) -> bool:
+        """Whether the loop's clock is exact now (a virtual one)."""
+        return self._state.clock.exact
 
 
 # The attribute a loop-mode loop keeps its state in (aiowheel._loop.LoopState): the one name

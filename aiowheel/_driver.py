@@ -20,12 +20,16 @@ the first" is written there once; a callback handle the native core holds enters
 :meth:`Store.file_call`, whose "earlier bucket" comes back as a call of :meth:`_arm`.
 
 Ticks. A deadline ``when`` (loop clock, seconds) becomes tick ``ceil((when - epoch) / tick)``,
-rounded **up**, so a bucket is never processed before every deadline in it can have passed.
-Rounding errors cannot make a timer early either: before an entry fires, the driver compares
-its exact ``when`` with the clock and re-files it from that deadline if the clock has not
-reached it (asyncio and uvloop may run a loop timer a little early; this guard is where that
-ends). The same check makes pushing a deadline later free (:meth:`_push_back`): only ``when``
-is rewritten, and the entry is re-filed when its old bucket comes due.
+rounded **up** (less the float slack of :mod:`aiowheel._grid`), so a bucket is never processed
+before every deadline in it can have passed. On an exact clock (the virtual one) the wake-up is
+at the earliest exact deadline of the bucket, before the tick's time: the pass takes the bucket,
+fires what is due and files the rest one tick on, to be woken for at its own deadline in turn
+(:meth:`aiowheel._reaper.Reaper.arm`). Rounding errors cannot make a timer early either: before
+an entry fires, the driver compares its exact ``when`` with the clock and re-files it from that
+deadline if the clock has not reached it (asyncio and uvloop may run a loop timer a little
+early; this guard is where that ends). The same check makes pushing a deadline later free
+(:meth:`_push_back`): only ``when`` is rewritten, and the entry is re-filed when its old bucket
+comes due.
 
 The wake-up. The store keeps one heap item per non-empty bucket (the delay queue); the one
 wake-up filed at the earliest of them, and the reaper it wakes (a task, or for a loop-mode
@@ -58,7 +62,7 @@ from ._clock import Clock, clock_for
 from ._dispatch import Dispatch
 from ._entry import Owner, _Timed
 from ._errors import PendingLimitError
-from ._grid import EPSILON, Grid
+from ._grid import SHRINK, Grid
 from ._handles import EMPTY_CONTEXT, Handle, TimerHandle, _Call
 from ._observe import LagHistogram
 from ._reaper import Reaper
@@ -275,7 +279,7 @@ class Driver(Owner):
         taken)."""
         grid = self._grid
         try:
-            tick = ceil((when - grid.epoch) * grid.inverse - EPSILON)
+            tick = ceil((when - grid.epoch) * grid.inverse * SHRINK - grid.slack)
         except (OverflowError, ValueError):
             tick = self._tick_for(when)
         if self._limit != NO_LIMIT and len(self._store) >= self._limit:
@@ -288,7 +292,8 @@ class Driver(Owner):
         origins = self._origins
         if origins is not None:
             origins.note(entry, self._store.count, self.site.bound)
-        if self._store.insert(entry, tick) < self._reaper.armed:
+        reaper = self._reaper
+        if self._store.insert(entry, tick) < reaper.armed or entry._when < reaper.exact_at:
             self._arm()
 
     def _file(self, entry: _Timed, when: float) -> None:
@@ -304,7 +309,8 @@ class Driver(Owner):
         else:
             tick = self._tick_for(when)
             entry._when = when
-            if self._store.move(entry, tick) < self._reaper.armed:
+            reaper = self._reaper
+            if self._store.move(entry, tick) < reaper.armed or when < reaper.exact_at:
                 self._arm()
 
     def _push_back(self, entry: _Timed, when: float) -> bool:
@@ -355,18 +361,19 @@ class Driver(Owner):
         is looked at: one the loop's pass is taking out at this moment must not read as
         already out to another thread, whose cancel would then race the run."""
         if (self._debug or FREE_THREADED) and get_ident() != self._loop_thread.ident:
-            with self._loop_thread.lock:  # the take-over and the removal, as one
-                self.site.claim(FOREIGN_CANCEL)
-                return entry._prev is not None and self._store.remove(entry)
+            # The take-over and the removal, as one (Binding.foreign_call).
+            return self.site.foreign_call(
+                FOREIGN_CANCEL, lambda: entry._prev is not None and self._store.remove(entry)
+            )
         return entry._prev is not None and self._store.remove(entry)
 
     def _claim_for_cancel(self) -> None:
         """The native core's thread check of a cancel() from another thread."""
-        self.site.claim(FOREIGN_CANCEL)
+        self.site.foreign_call(FOREIGN_CANCEL, _allowed)
 
     def _check_cancel_of_due(self) -> None:
         if FREE_THREADED and get_ident() != self._loop_thread.ident:
-            self.site.claim(FOREIGN_CANCEL)
+            self.site.foreign_call(FOREIGN_CANCEL, _allowed)
 
     def call(
         self,
@@ -454,7 +461,8 @@ class Driver(Owner):
             self._sync()
         now = self._read()
         grid = self._grid
-        now_tick = grid.reached(now, self._reaper.wake_tick)
+        reaper = self._reaper
+        now_tick = grid.reached(now, reaper.wake_tick, reaper.wake_time)
         if now_tick < store.elapsed:
             return  # woken early, before the last tick processed ended
         due = store.advance(now_tick)
@@ -551,3 +559,8 @@ def _view_tracks(loop: asyncio.AbstractEventLoop) -> bool:
 # Loops whose drivers note where each timer is filed from (aiowheel.track_origins; kept by
 # aiowheel._view, here because a driver bound later reads it).
 tracked_loops: Final[weakref.WeakSet[asyncio.AbstractEventLoop]] = weakref.WeakSet()
+
+
+def _allowed() -> bool:
+    """A foreign call with nothing to do under the take-over lock but be allowed."""
+    return True

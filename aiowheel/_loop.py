@@ -375,6 +375,8 @@ class _ReplacedTime:
 
     __slots__ = ("time", "wake_at")
 
+    exact: Final = False  # a real clock's heap: wake-ups at the tick
+
     def __init__(self, fake: Callable[[], float], heap: _BaseHeap) -> None:
         self.time: Final = fake
         self.wake_at: Final = heap.wake_at
@@ -439,6 +441,8 @@ class _BaseHeap:
         "time",
         "wakes_by_at",
     )
+
+    exact: Final = False  # a real clock: wake-ups at the tick
 
     def __init__(self, loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
         self._loop = loop
@@ -736,14 +740,20 @@ def _loop_factory(
 
 
 def virtual_loop_factory(
-    base: object, tick: object, autojump: object, start: object, where: str
+    base: object,
+    tick: object,
+    autojump: object,
+    start: object,
+    where: str,
+    max_batch: object = _dispatch.DEFAULT_MAX_BATCH,
 ) -> LoopFactory:
     """The checked factory behind :func:`aiowheel.testing.virtual_loop_factory` (errors
     naming ``where``)."""
     checked_base = _check_base(base, where)
     checked_tick = _validate.tick(tick, where)
     settings = VirtualTime(_validate.autojump(autojump, where), _validate.start(start, where))
-    return LoopFactory(LoopConfig(checked_base, checked_tick, -_INF, settings))
+    batch = _validate.max_batch(max_batch, where)
+    return LoopFactory(LoopConfig(checked_base, checked_tick, -_INF, settings, batch))
 
 
 _INF: Final = float("inf")
@@ -807,18 +817,17 @@ class LoopFactory:
     def __repr__(self) -> str:
         base = self.config.base
         virtual = self.config.clock
+        batch = self.config.max_batch
+        batch_text = "" if batch == _dispatch.DEFAULT_MAX_BATCH else f", max_batch={batch!r}"
         if virtual is not None:
             return (
                 f"aiowheel.testing.virtual_loop_factory({base.__module__}.{base.__qualname__}, "
                 f"autojump={virtual.autojump!r}, start={virtual.start!r}, "
-                f"tick={self.config.tick!r})"
+                f"tick={self.config.tick!r}{batch_text})"
             )
-        batch = self.config.max_batch
         return (
             f"aiowheel.loop_factory({base.__module__}.{base.__qualname__}, "
-            f"tick={self.config.tick!r}, threshold={self.config.threshold!r}"
-            + ("" if batch == _dispatch.DEFAULT_MAX_BATCH else f", max_batch={batch!r}")
-            + ")"
+            f"tick={self.config.tick!r}, threshold={self.config.threshold!r}{batch_text})"
         )
 
 

@@ -173,13 +173,18 @@ class LoopCalls:
         cannot start or close in another thread meanwhile. Near calls too: the base's heap is
         no more thread-safe than the wheel (uvloop's crashed, from a foreign ``call_later``)."""
         site = self._site
+        site.refuse_early(FOREIGN_THREAD)
         with site.thread.lock:
+            previous = site.thread.ident
             site.claim(FOREIGN_THREAD)
             if get_ident() != site.thread.ident:  # closed, or not bound: the base answers
                 slow = self._slow_call_at if at else self._slow_call_later
                 return slow(time, callback, *args, context=context)
             route = self.call_at if at else self.call_later
-            return route(time, callback, *args, context=context)
+            try:
+                return route(time, callback, *args, context=context)
+            finally:
+                site.give_back(previous)  # for this call only (Binding.give_back)
 
 
 def _hand_over(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Callable
+from math import inf
 from typing import Final
 
 from . import _awaiting
@@ -63,8 +64,10 @@ class Reaper:
         "_store",
         "_waiter",
         "armed",
+        "exact_at",
         "task",
         "wake_tick",
+        "wake_time",
     )
 
     def __init__(
@@ -84,6 +87,10 @@ class Reaper:
         self._fail: Final = fail
         self.armed = NEVER
         self.wake_tick = NEVER  # the expiration the last wake-up was filed for
+        self.wake_time = inf  # and the time it was filed at
+        # On an exact clock, the time of the armed wake-up (a filing before it re-arms, even
+        # into a bucket already queued); -inf otherwise, and while a pass is due or runs.
+        self.exact_at = -inf
         self.task: asyncio.Task[None] | None = None
         self._clock: Clock | None = None
         self._handle: WakeHandle | None = None
@@ -124,37 +131,58 @@ class Reaper:
 
     def arm(self) -> None:
         """File the one wake-up at the store's earliest bucket expiration (when that tick
-        begins on the grid), or none if the store is empty."""
-        expiration = self._store.next_expiration()
+        begins on the grid), or none if the store is empty. On an exact clock (the virtual
+        one: its time is where its wake-ups are) at the earliest exact deadline in the
+        buckets of that expiration if it is earlier: each timer then runs at its own
+        deadline, not at its bucket's tick (the pass fires what is due then and files the
+        rest again, one tick on, to be woken for in turn)."""
+        store = self._store
+        expiration = store.next_expiration()
         handle = self._handle
         if handle is not None:
             handle.cancel()
             self._handle = None
         if expiration is None:
-            self._set_armed(NEVER)
+            self._set_armed(NEVER, -inf)
             return
-        self._set_armed(expiration)
-        self.wake_tick = expiration
         clock = self._clock
         assert clock is not None
         when = self._grid.time_of(expiration)
+        exact_at = -inf
+        if clock.exact:
+            earliest = store.earliest(expiration)
+            if expiration <= store.elapsed:
+                # The due bucket (deadlines filed since a pass ran the bucket before its
+                # tick's time) holds deadlines no later than the tick after it, where that
+                # pass filed what it left: wake for both, at the earliest of them.
+                expiration += 1
+                later = store.earliest(expiration)
+                if later < earliest:
+                    earliest = later
+            if earliest < when:
+                when = earliest
+            exact_at = when
+        self._set_armed(expiration, exact_at)
+        self.wake_tick = expiration
+        self.wake_time = when
         self._handle = clock.wake_at(when, self._drive if self._driven else self._wake)
 
     def awake(self) -> None:
         """A pass begins: no re-arming until it ends."""
         self._waiter = None
-        self._set_armed(AWAKE)
+        self._set_armed(AWAKE, -inf)
 
-    def _set_armed(self, expiration: int) -> None:
-        # Told to the store too: a native core that queues an earlier bucket calls the
-        # driver's arm.
+    def _set_armed(self, expiration: int, exact_at: float) -> None:
+        # Told to the store too: a native core that queues an earlier bucket (or, on an
+        # exact clock, files a deadline before exact_at) calls the driver's arm.
         self.armed = expiration
-        self._store.set_armed(expiration)
+        self.exact_at = exact_at
+        self._store.set_armed(expiration, exact_at)
 
     def _wake(self) -> None:
         """The wake-up of a reaper task: resolve what it awaits."""
         self._handle = None
-        self._set_armed(AWAKE)
+        self._set_armed(AWAKE, -inf)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -33,11 +33,13 @@ import asyncio
 import contextvars
 import time
 from collections.abc import Callable
+from math import inf
 from typing import Any, Final
 
 from . import _build
+from ._entry import _Timed
 from ._handles import EMPTY_CONTEXT, callback_repr
-from ._wheel import Entry, Wheel
+from ._wheel import Entry, Wheel, entries_at
 
 __all__ = ["CORE_TICKS", "NativeStore", "Store", "load_native", "native", "store_for"]
 
@@ -119,6 +121,17 @@ class Store:
         """The earliest queued bucket's expiration, or None."""
         return self.wheel.next_expiration()
 
+    def earliest(self, expiration: int) -> float:
+        """The earliest exact deadline in the buckets queued under ``expiration`` (inf if
+        none): where an exact clock wakes (:meth:`aiowheel._reaper.Reaper.arm`)."""
+        earliest = inf
+        for entry in entries_at(self.wheel, expiration):
+            assert isinstance(entry, _Timed)
+            when = entry._when
+            if when < earliest:
+                earliest = when
+        return earliest
+
     @property
     def removed(self) -> int:
         """Timers taken out before they were due."""
@@ -165,8 +178,9 @@ class Store:
         """The core's pending handles."""
         return []
 
-    def set_armed(self, expiration: int) -> None:
-        """The expiration the driver's wake-up is armed for."""
+    def set_armed(self, expiration: int, exact_at: float) -> None:
+        """The expiration the driver's wake-up is armed for, and on an exact clock its time
+        (a deadline filed before it must re-arm; -inf otherwise)."""
 
     def sync(self, fast: bool, debug: bool, thread: int) -> None:
         """What decides the core's fast lane, and whose thread may cancel."""
@@ -272,9 +286,16 @@ class NativeStore(Store):
         queued: int = 0 if self._core is None else self._core.queued
         return self.wheel.queued + queued
 
-    def set_armed(self, expiration: int) -> None:
+    def set_armed(self, expiration: int, exact_at: float) -> None:
         """See :meth:`Store.set_armed`."""
-        self._core.set_armed(expiration)
+        self._core.set_armed(expiration, exact_at)
+
+    def earliest(self, expiration: int) -> float:
+        """See :meth:`Store.earliest`: both wheels."""
+        mine = super().earliest(expiration)
+        core = self._core
+        theirs: float = inf if core is None else core.earliest(expiration)
+        return theirs if theirs < mine else mine
 
     def sync(self, fast: bool, debug: bool, thread: int) -> None:
         """See :meth:`Store.sync` (before :meth:`attach`: nothing to tell yet)."""

@@ -127,10 +127,20 @@ class LoopThread:
                 raise RuntimeError(refusal)
             self.set(get_ident())
 
+    def refuse_early(self, refusal: str, loop: asyncio.AbstractEventLoop | None) -> None:
+        """RuntimeError(``refusal``) at once, without the lock, if ``loop`` runs or is about to
+        run in another thread: a foreign thread calling in a tight loop must not keep the
+        lock from :meth:`run_here` (a free-threaded lock is not fair). :meth:`claim`, under
+        the lock, decides the rest."""
+        if self._in_run and loop is not None and _get_running_loop() is not loop:
+            raise RuntimeError(refusal)
+
     def run_here(self, closed: bool) -> None:
         """This thread is about to run the loop (loop mode's ``run_forever``): it answers the
         thread checks from now on, and no other thread can take the loop over until
-        :meth:`run_ended`."""
+        :meth:`run_ended`. Said before the lock is taken, so that foreign calls are refused
+        without it (:meth:`refuse_early`) while this thread waits for it."""
+        self._in_run = not closed
         with self.lock:
             if not closed:
                 self.set(get_ident())

@@ -11,9 +11,9 @@ When the clock moves. Only forward, and only
 
 - by a jump, when the loop is *idle* and has a reason to jump (autojump with a pending wake-up,
   or a test's :func:`aiowheel.testing.advance` still short of its target): it lands on the
-  earliest wake-up (a bucket's expiration: a deadline rounded up to the tick) or on the
-  advance's target, whichever is first, and runs what is due there; the tasks woken run before
-  the loop can be idle again, so before the clock moves past that deadline;
+  earliest wake-up (the earliest exact deadline pending, see *Exact*) or on the advance's
+  target, whichever is first, and runs what is due there; the tasks woken run before the loop
+  can be idle again, so before the clock moves past that deadline;
 - never while a callback is ready, a poll of the loop's I/O finds something, or work the loop
   handed to a thread is still running (*Threads*, below).
 
@@ -67,14 +67,54 @@ thread, the job counts again, before its thread can take the result and go on. L
 job starts without waiting for it (fire and forget) lends the job as well: while that work
 runs, the job's own work is not waited for.
 
+A job blocked on another thread does not hold the clock (issue 48). A job whose thread waits
+for something the loop gives it after a timer (``queue.get()`` fed after ``sleep(1)``, an
+``Event`` set by a callback) would otherwise stop the clock for good: the clock waiting for the
+thread, the thread for the loop. The rule: a job counts while its thread *runs*; a job whose
+thread is seen blocked in a lock's wait (the system call a ``Lock``, ``Condition``,
+``Event``, ``Queue``, ``SimpleQueue`` or ``Future`` wait makes: ``futex`` on Linux, found
+once per process by watching two threads wait on a held lock) and using no CPU, look after
+look, for ``_PARK_GRACE`` (50 ms) of real time is *parked*, and the clock may move without
+it. Blocked means asleep, too (``S`` in ``stat``): a thread the loop has just woken is still
+inside the wait's system call until the scheduler runs it, but runnable from the moment it
+was woken, so a busy machine cannot make it look parked. Read off
+``/proc/self/task/<tid>/syscall``, ``stat`` and ``schedstat``, every ``_PARK_POLL``
+(10 ms) while threads hold the clock. The thread counts again as soon as a look finds it
+running (woken: the loop's ``put`` makes it runnable before the loop can look idle again),
+so what it does next is waited for. A thread sleeping (``time.sleep``) or waiting on I/O
+(a socket, a file, a subprocess) is not blocked on a thread: it holds the clock as before.
+Limits: the rule cannot tell *which* thread a parked job waits for, so a job waiting on a
+thread the loop did not start (a pool's own ``submit``, a thread of the program's own) that
+works in real time lets the clock go on after the grace (a job waiting on another *job*
+is fine: that job holds the clock while it works); a job still queued in a full executor
+(no thread yet) counts; a thread starved of the GIL for the whole grace by another thread
+of the process, while the loop is idle, looks parked. Where threads cannot be read (not
+Linux, no ``/proc``), every job counts until its result is back, as before this rule.
+
+The base's own threads. uvloop and zuvloop resolve names (``getaddrinfo``, ``getnameinfo``,
+also inside ``create_connection``) in libuv's worker threads, which no Python entry point
+starts: while one of those threads (named ``libuv-worker``) is not waiting for work, the
+clock does not jump (Linux, read as above). asyncio's and rloop's lookups go through
+``run_in_executor`` (counted).
+
 ``autojump`` as a number is trio's ``autojump_threshold``: the loop must also stay idle that
 many seconds of *real* time before the clock jumps, for code that waits on a peer outside the
 loop (another process, a thread the loop did not start).
 
-A loop's clock value is a float (``start`` plus what the jumps and advances added), and the
-wake-ups it jumps to are the engine's own ``epoch + expiration * tick``: the very floats the
-engine compares, so a deadline ``D`` runs with ``loop.time()`` equal to ``D`` rounded up to the
-tick, and ties run in the order they were filed.
+Exact. A loop's clock value is a float (``start`` plus what the jumps and advances added), and
+a deadline ``D`` runs with ``loop.time()`` equal to ``D`` itself (``handle.when()``, the
+sleep's or timeout's deadline), not ``D`` rounded up to the tick (600 x ``sleep(0.1)`` ended at
+60.288 when it was): tests compare times with ``==``, and trio's ``MockClock`` and looptime
+land exactly. The wheel still files by tick, and a bucket holds deadlines that differ; so the
+clock is *exact* (:attr:`VirtualClock.exact`) and the engine files its wake-up on it at the
+earliest exact deadline in the bucket due rather than at the bucket's tick
+(the reaper's ``Reaper.arm``, which asks the store: both wheels in the compiled build).
+The pass run there takes the whole bucket, fires what is due at that time and files the rest
+one tick on; the next wake-up is at the earliest of those, and so on: the clock lands on each
+distinct deadline in turn, and ties run in the order they were filed. A timer filed meanwhile
+before the armed wake-up, even into a bucket already queued, re-arms it. What it costs: the
+entries of the bucket due are read at each wake-up (a real clock's wake-up stays at the tick
+and reads none).
 
 Fuzzing time (:class:`aiowheel._fuzz.Fuzz`, armed on a clock by :meth:`VirtualClock.fuzz`;
 the settings and the draws live in :mod:`aiowheel._fuzz`, imported only when a clock is
@@ -83,7 +123,8 @@ many: timers late by whatever the loop was busy with, batches of them coalesced,
 stalled by one slow callback. A seed picks one of those schedules, and only ones a real
 loop-mode loop could make:
 
-- **late, never early**: a jump to a wake-up lands a seeded amount in ``[0, jitter]`` past it.
+- **late, never early**: a jump to a wake-up lands a seeded amount in ``[0, jitter]`` past it
+  (past the exact deadline: exact plus the seeded lateness).
   Every timer due by then runs in that one pass, in deadline order (the engine sorts a pass's
   due entries), so timers a few ticks apart coalesce, as they do on a loaded loop;
 - **stalls**: after a pass of timers, at a seeded rate, the clock leaps a seeded amount in
@@ -118,9 +159,11 @@ import importlib.abc
 import inspect
 import itertools
 import math
+import os
 import selectors
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -187,6 +230,10 @@ class VirtualClock:
     :meth:`advance`.
     """
 
+    exact: Final = True
+    """True, since its time is where its wake-ups are, and the wheel files them at exact
+    deadlines (:class:`aiowheel._clock.Clock`)."""
+
     def __init__(self, loop: asyncio.AbstractEventLoop, settings: VirtualTime) -> None:
         self._loop = loop
         self._now = float(settings.start)
@@ -199,6 +246,9 @@ class VirtualClock:
         self._advances: list[tuple[float, int, asyncio.Future[None]]] = []
         self._jobs = 0  # work handed to threads, not back yet (see "Threads" above)
         self._lent = 0  # of those, jobs whose threads wait on loop work of theirs
+        self._active: dict[_Job, None] = {}  # the jobs not ended (those with a _Job)
+        self._recheck = False  # threads held the clock at the last look: look again soon
+        self._pool: _LibuvPool | None = None  # the base's own resolver threads, if watched
         self._due_scheduled = False
         self._idle: _Idle | None = None
         self._base_call_soon: Callable[..., Any] = loop.call_soon
@@ -370,9 +420,11 @@ class VirtualClock:
 
     # -- idleness and jumps --------------------------------------------------------------------
 
-    def _goal(self) -> float | None:
-        """Where the clock would jump if the loop were idle now; None: it would not."""
-        if self._jobs > self._lent:
+    def _goal(self, threads: bool = True) -> float | None:
+        """Where the clock would jump if the loop were idle now; None: it would not.
+        ``threads=False`` leaves out whether threads hold the clock (a look at ``/proc``): the
+        idle detectors ask that once, when they are about to jump (:meth:`_jump`)."""
+        if threads and self._threads_hold():
             return None  # a thread works for the loop: it may still file timers or wake tasks
         advances = self._advances
         while advances and advances[0][2].done():  # an advance whose task was cancelled
@@ -416,13 +468,38 @@ class VirtualClock:
     def _job_begin(self) -> _Job:
         """Work is being handed to a thread: count it until :meth:`_job_end`."""
         self._jobs += 1
-        return _Job(self)
+        job = _Job(self)
+        self._active[job] = None
+        return job
+
+    def _threads_hold(self) -> bool:
+        """Whether a thread working for the loop holds the clock now: a job not lent and not
+        parked (blocked on another thread for the grace, see "Threads"), or the base's own
+        resolver threads at work. When True, the idle detector looks again in
+        ``_PARK_POLL`` seconds of real time (a job may park meanwhile)."""
+        self._recheck = False
+        waiting = self._jobs - self._lent
+        if waiting > 0:
+            sampler = _sampler()
+            if sampler is not None:
+                for job in list(self._active):
+                    if not job.work and not job.ended and sampler.parked(job):
+                        waiting -= 1
+            if waiting > 0:
+                self._recheck = sampler is not None
+                return True
+        pool = self._pool
+        if pool is not None and pool.busy():
+            self._recheck = True
+            return True
+        return False
 
     def _job_end(self, job: _Job) -> None:
         """``job``'s result is back on the loop (or its waiter gave up on it)."""
         if job.ended:
             return
         job.ended = True
+        self._active.pop(job, None)
         if job.work:
             self._lent -= 1
         self._jobs -= 1
@@ -440,12 +517,18 @@ class VirtualClock:
 class _Job:
     """One piece of work a virtual loop handed to a thread (see "Threads" above)."""
 
-    __slots__ = ("clock", "ended", "work")
+    __slots__ = ("clock", "cpu", "ended", "since", "thread", "work")
 
     def __init__(self, clock: VirtualClock) -> None:
         self.clock = clock
         self.work = 0  # tasks made for the job's thread, not done yet
         self.ended = False
+        # The native id of the thread running the job (set by that thread while it runs it),
+        # and what _Sampler last read of it: its CPU time, and since when (real time) it has
+        # been seen blocked on another thread without using CPU (None: not blocked).
+        self.thread: int | None = None
+        self.cpu: int | None = None
+        self.since: float | None = None
 
     def loop_work_done(self, _task: asyncio.Future[Any]) -> None:
         """A task of the job's loop work is done (a done callback, on the loop's thread)."""
@@ -460,9 +543,11 @@ class _Job:
         def run_as_job(*args: Any, **kwargs: Any) -> Any:
             outer = getattr(_threads, "job", None)
             _threads.job = job
+            job.thread = threading.get_native_id()
             try:
                 return func(*args, **kwargs)
             finally:
+                job.thread = None
                 _threads.job = outer
 
         return run_as_job
@@ -475,6 +560,195 @@ _threads: Final = threading.local()
 _job_var: Final[contextvars.ContextVar[_Job | None]] = contextvars.ContextVar(
     "aiowheel_virtual_job", default=None
 )
+
+
+# -- which threads run: read off /proc (see "Threads") ---------------------------------------
+
+_PARK_GRACE: Final = 0.05  # real seconds a job's thread waits on another thread before it parks
+_PARK_POLL: Final = 0.01  # real seconds between two looks while threads hold the clock
+_TASKS: Final = "/proc/self/task"
+_SETTLE: Final = 0.25  # seconds after a change of the thread count before a listing is trusted
+
+
+class _Sampler:
+    """Reads, for a thread of this process, whether it is blocked waiting on another thread
+    (in the system call a lock's wait makes: ``futex`` on Linux, found by :func:`_calibrate`)
+    and how much CPU it has used (``schedstat``)."""
+
+    def __init__(self, lock_waits: frozenset[str]) -> None:
+        self.lock_waits = lock_waits
+
+    def syscall(self, tid: int) -> str | None:
+        """The thread's system call as ``/proc`` names it: a number, or "running"; None if
+        it is gone."""
+        try:
+            with open(f"{_TASKS}/{tid}/syscall", "rb") as file:
+                return file.read(32).split(b" ", 1)[0].strip().decode()
+        except OSError:
+            return None
+
+    def waits_on_a_thread(self, tid: int) -> bool:
+        """Whether the thread is blocked in a lock's wait now: in the system call a lock's
+        wait makes, *and* asleep. A thread the loop has just woken (a ``put``, a ``set``)
+        is still inside that system call until it is scheduled, which on a busy machine may
+        take a while, but it is runnable (``R``) from the moment it was woken: it is not
+        blocked, and what it does next is waited for."""
+        return self.syscall(tid) in self.lock_waits and self.state(tid) == "S"
+
+    @staticmethod
+    def state(tid: int) -> str | None:
+        """The thread's scheduler state (``R`` runnable, ``S`` asleep, ...), or None."""
+        try:
+            with open(f"{_TASKS}/{tid}/stat", "rb") as file:
+                stat = file.read()
+            return stat[stat.rindex(b")") + 2 :][:1].decode()
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def cpu(tid: int) -> int | None:
+        """The thread's CPU time in nanoseconds, or None."""
+        try:
+            with open(f"{_TASKS}/{tid}/schedstat", "rb") as file:
+                return int(file.read(64).split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def parked(self, job: _Job) -> bool:
+        """Whether ``job``'s thread has waited on another thread, using no CPU, for the whole
+        grace (each look that finds it otherwise starts the grace again)."""
+        tid = job.thread
+        if tid is None or not self.waits_on_a_thread(tid):
+            job.since = None
+            return False
+        cpu = self.cpu(tid)
+        now = time.monotonic()
+        if job.since is None or cpu != job.cpu:
+            job.since = now
+            job.cpu = cpu
+            return False
+        return now - job.since >= _PARK_GRACE
+
+
+_sampler_state: list[_Sampler | None] = []  # [] until calibrated, then [the sampler or None]
+_sampler_lock: Final = threading.Lock()
+
+
+def _sampler() -> _Sampler | None:
+    """The process's sampler, or None where threads cannot be read (not Linux, no ``/proc``):
+    there every job counts until its result is back, as before."""
+    if not _sampler_state:
+        with _sampler_lock:
+            if not _sampler_state:
+                _sampler_state.append(_calibrate())
+    return _sampler_state[0]
+
+
+def _calibrate() -> _Sampler | None:
+    """Which system calls a thread blocked on a lock is in: two threads wait on a held lock
+    (one with a timeout, as ``Condition.wait(timeout)`` does), read through ``/proc``."""
+    if not sys.platform.startswith("linux"):
+        return None
+    probe = _Sampler(frozenset())
+    if probe.syscall(threading.get_native_id()) is None:
+        return None
+    held = threading.Lock()
+    held.acquire()
+    tids: list[int] = []
+    ready = threading.Barrier(3)
+
+    def wait(timeout: float) -> None:
+        tids.append(threading.get_native_id())
+        ready.wait()
+        if held.acquire(timeout=timeout):
+            held.release()
+
+    threads = [threading.Thread(target=wait, args=(t,), daemon=True) for t in (-1, 30.0)]
+    for thread in threads:
+        thread.start()
+    found: set[str] = set()
+    try:
+        ready.wait()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            calls = [probe.syscall(tid) for tid in tids]
+            if all(call is not None and call.isdigit() for call in calls):
+                found = {call for call in calls if call is not None}
+                break
+            time.sleep(0.001)
+    finally:
+        held.release()
+        for thread in threads:
+            thread.join()
+    return _Sampler(frozenset(found)) if found else None
+
+
+class _LibuvPool:
+    """libuv's worker threads ("libuv-worker"), where uvloop and zuvloop resolve names
+    (``getaddrinfo``, ``getnameinfo``) and do their file work: busy while one of them is not
+    waiting for work (on its condition variable, a lock's wait)."""
+
+    def __init__(self, sampler: _Sampler) -> None:
+        self._sampler = sampler
+        self._names: dict[str, bool] = {}  # thread id -> whether it is a libuv worker
+        # The process's thread count when the workers were last listed, and their ids: the
+        # listing is redone only when the count changes. One stat per idle check instead of a
+        # directory listing (the virtual clock asks several times per pass: a listing each time
+        # made a long uvloop run 4x slower). libuv starts its pool in the thread that first
+        # queues work, before that call returns, so a new worker is counted before it can be
+        # busy for the loop. A worker names itself ("libuv-worker") when it starts, so for a
+        # quarter second of real time after a change the threads are listed again on every
+        # check, and a nameless one is not remembered as no worker.
+        self._threads = -1
+        self._settled = 0.0  # time.monotonic() from which the last listing is trusted
+        self._workers: tuple[int, ...] = ()
+
+    def busy(self) -> bool:
+        """Whether a libuv worker of this process is at work now."""
+        try:
+            threads = os.stat(_TASKS).st_nlink  # 2 + the number of threads
+        except OSError:
+            return False
+        if threads != self._threads:
+            self._threads = threads
+            self._settled = time.monotonic() + _SETTLE
+            self._workers = self._list(False)
+        elif self._settled:
+            settling = time.monotonic() < self._settled
+            self._workers = self._list(not settling)
+            if not settling:
+                self._settled = 0.0
+        sampler = self._sampler
+        for tid in self._workers:
+            call = sampler.syscall(tid)
+            if call is not None and call not in sampler.lock_waits:
+                return True
+        return False
+
+    def _list(self, remember: bool) -> tuple[int, ...]:
+        """The ids of this process's libuv workers now; ``remember``: also the threads that
+        are not (otherwise only the workers are remembered)."""
+        try:
+            tids = os.listdir(_TASKS)
+        except OSError:
+            return ()
+        names = self._names
+        if len(names) > 4 * len(tids) + 64:
+            names.clear()  # threads come and go: forget the ones gone
+        workers = []
+        for tid in tids:
+            worker = names.get(tid)
+            if worker is None:
+                try:
+                    with open(f"{_TASKS}/{tid}/comm", "rb") as file:
+                        worker = file.read().strip() == b"libuv-worker"
+                except OSError:
+                    continue
+                if worker or remember:
+                    names[tid] = worker
+            if worker:
+                workers.append(int(tid))
+        return tuple(workers)
 
 
 # -- idle detectors ---------------------------------------------------------------------------
@@ -504,13 +778,16 @@ class _SelectorIdle(_Idle):
         if events:
             return events
         clock = self._clock
-        if clock._goal() is None:
+        if clock._goal(False) is None:
             return self._select(timeout)
         if clock._real_wait:
             events = self._select(clock._real_wait)
             if events:
                 return events
-        clock._jump()
+        if not clock._jump():
+            if clock._recheck:  # threads hold the clock: look again soon (one may park)
+                timeout = _PARK_POLL if timeout is None else min(timeout, _PARK_POLL)
+            return self._select(timeout)
         return events
 
 
@@ -534,6 +811,7 @@ class _ProbeIdle(_Idle):
         self._activity = 0  # callbacks scheduled through the loop (the wrappers below)
         self._seen = -1
         self._waiting = False
+        self._rechecking = False  # a look again is filed (threads held the clock)
 
     def counted(self, method: Callable[..., Any]) -> Callable[..., Any]:
         """``method`` (the loop's call_soon or call_soon_threadsafe) counting each call."""
@@ -555,7 +833,7 @@ class _ProbeIdle(_Idle):
     def _probe(self) -> None:
         self._probe_queued = False
         clock = self._clock
-        if clock._goal() is None:
+        if clock._goal(False) is None:
             self._quiet = False
             return  # nothing to jump to: the next timer, advance or finished job re-queues it
         ready = self._ready_queue
@@ -575,13 +853,29 @@ class _ProbeIdle(_Idle):
                 clock._real_wait, self._after_wait, self._activity
             )
             return
-        clock._jump()
+        if self._jump():
+            self.want()
+
+    def _jump(self) -> bool:
+        """Jump if no thread holds the clock; else look again in ``_PARK_POLL`` seconds of
+        real time (a thread may park meanwhile) and say False."""
+        clock = self._clock
+        if clock._jump():
+            return True
+        self._quiet = False
+        if clock._recheck and not self._rechecking:  # threads hold the clock: look again
+            self._rechecking = True
+            _loop_state(self._loop).heap.near_call_later(_PARK_POLL, self._look_again)
+        return False
+
+    def _look_again(self) -> None:
+        self._rechecking = False
         self.want()
 
     def _after_wait(self, activity: int) -> None:
         self._waiting = False
-        if activity == self._activity:  # nothing was scheduled through the loop meanwhile
-            self._clock._jump()
+        if activity == self._activity and not self._jump():  # nothing scheduled meanwhile
+            return
         self.want()
 
 
@@ -639,6 +933,7 @@ def install(loop: Any, clock: VirtualClock) -> None:
         clock._idle = _SelectorIdle(clock, selector)
         threadsafe: Callable[..., Any] = loop.call_soon_threadsafe
     else:
+        clock._pool = _resolver_pool(loop)
         probe = _ProbeIdle(clock, loop, _ready_queue(loop), _requeue_for(loop, clock))
         loop.call_soon = probe.counted(clock._base_call_soon)
         threadsafe = probe.counted(loop.call_soon_threadsafe)
@@ -759,6 +1054,19 @@ class _WrappingLoader(importlib.abc.Loader):
 _LIBUV: Final = ("uvloop", "zuvloop")
 
 
+def _resolver_pool(loop: Any) -> _LibuvPool | None:
+    """The threads ``loop``'s base resolves names in, watched (libuv's: uvloop, zuvloop), or
+    None (asyncio's and rloop's go through ``run_in_executor``; or threads cannot be read)."""
+    sampler = _sampler() if _libuv(loop) else None
+    return None if sampler is None else _LibuvPool(sampler)
+
+
+def _libuv(loop: Any) -> bool:
+    """Whether ``loop``'s base runs on libuv (uvloop, zuvloop)."""
+    base = type(loop)._aiowheel_config.base
+    return any(klass.__module__.partition(".")[0] in _LIBUV for klass in base.__mro__)
+
+
 def _requeue_for(loop: Any, clock: VirtualClock) -> Callable[[Callable[[], None]], object]:
     """How the probe comes back: with the loop's ``call_soon`` where every iteration of the
     loop polls its I/O (libuv's loops: uvloop, zuvloop); as a timer on the base's own heap
@@ -766,7 +1074,7 @@ def _requeue_for(loop: Any, clock: VirtualClock) -> Callable[[Callable[[], None]
     after the last one; a due timer makes it poll): on rloop a timer due at once (its native
     ``_call_later`` of 0 us), elsewhere (bases not measured here) one of a microsecond."""
     base = type(loop)._aiowheel_config.base
-    if any(klass.__module__.partition(".")[0] in _LIBUV for klass in base.__mro__):
+    if _libuv(loop):
         return clock._base_call_soon
     native_call_later = getattr(base, "_call_later", None)
     if native_call_later is not None and base.__module__.partition(".")[0] == "rloop":

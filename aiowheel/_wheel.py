@@ -88,7 +88,7 @@ from ._build import mypyc_attr
 from ._validate import MAX_SLOTS as _MAX_SLOTS
 from ._validate import Count
 
-__all__ = ["MAX_SLOTS", "NEVER", "UNQUEUED", "Entry", "Wheel"]
+__all__ = ["MAX_SLOTS", "NEVER", "UNQUEUED", "Entry", "Wheel", "entries_at"]
 
 #: A deadline tick at or beyond this is "never": held outside the buckets, never due.
 #: ``2**1024`` exceeds the ceiling of every finite float, so no finite clock reading maps to it.
@@ -604,3 +604,24 @@ class Wheel:
             if ticks or self._queued[index] != NEVER:
                 rows.append(f"  bucket {index} queued={self._queued[index]} ticks={ticks}")
         return "\n".join(rows)
+
+
+def entries_at(wheel: Wheel, expiration: int) -> list[Entry]:
+    """The entries of ``wheel``'s buckets queued under ``expiration`` (at most one per level),
+    in no set order; the wheel is not changed. For a driver on an exact clock, which wakes at
+    the earliest deadline among them rather than at the tick."""
+    out: list[Entry] = []
+    queued = wheel._queued
+    buckets = wheel._buckets
+    bits = wheel._bits
+    mask = wheel._mask
+    for level in range(wheel._levels):
+        index = (level << bits) + ((expiration >> (level * bits)) & mask)
+        if queued[index] != expiration:
+            continue
+        bucket = buckets[index]
+        entry = bucket._next
+        while entry is not bucket and entry is not None:
+            out.append(entry)
+            entry = entry._next
+    return out

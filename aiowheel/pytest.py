@@ -6,6 +6,7 @@
     pytest -p aiowheel.pytest --aiowheel-clock virtual # every asyncio test on a virtual clock
     pytest -p aiowheel.pytest --aiowheel-lingering error  # fail a test that leaves a timer
     pytest -p aiowheel.pytest --aiowheel-every-loop    # the loops tests make, on loop mode too
+    pytest -p aiowheel.pytest --aiowheel-max-batch 64  # at most 64 due callbacks an iteration
 
 Nothing in the suite changes, and nothing a test sees changes but its event loop:
 
@@ -72,6 +73,13 @@ and fails it where the two runs' traces (the virtual time and origin of every ti
 part, with both runs' context. The repeated runs are whole runs of the test (setup, call,
 teardown), as pytest-rerunfailures makes them; a test marked ``aiowheel_clock("real")`` is
 never fuzzed.
+
+Bounding the due batch. ``--aiowheel-max-batch N`` (ini: ``aiowheel_max_batch = N``) gives
+every loop-mode loop the plugin makes, on the real clock or a virtual one (the every-loop ones
+too), the ``max_batch`` of :func:`aiowheel.loop_factory`: at most N due wheel callbacks run per
+loop iteration, the rest over the next ones, as a server with that setting runs them. A
+virtual clock stays at their deadline while they wait. The option wins over the ini value;
+``none`` is no bound (the default).
 
 What differs on loop mode is the loop's class: ``type(loop)`` is a loop-mode subclass of the
 base (``isinstance(loop, uvloop.Loop)`` holds under ``--aiowheel-base uvloop``), defined in
@@ -142,8 +150,10 @@ _TICK: Final = _validate.DEFAULT_TICK
 LINGERING: Final = ("off", "warn", "error")
 """The values ``--aiowheel-lingering`` takes."""
 
-# One factory per (base name, virtual clock settings or None).
-_factories: dict[tuple[str, tuple[bool, bool | float, float] | None], LoopFactory] = {}
+# One factory per (base name, virtual clock settings or None, max_batch).
+_factories: dict[
+    tuple[str, tuple[bool, bool | float, float] | None, int | None], LoopFactory
+] = {}
 # The test being set up or run: anyio's runner is made without it (see _wrap_anyio).
 _current: list[pytest.Item] = []
 _tally: pytest.StashKey[Counter[tuple[str, str]]] = pytest.StashKey()
@@ -193,6 +203,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="with -p aiowheel.pytest: 'virtual' runs every asyncio test on a virtual clock "
         "(aiowheel.testing): sleeps and timeouts take no wall time (default: real)",
+    )
+    group.addoption(
+        "--aiowheel-max-batch",
+        metavar="N",
+        default=None,
+        help="with -p aiowheel.pytest: at most N due wheel callbacks per loop iteration on the "
+        "loop-mode loops the plugin makes, virtual or real (default: no bound; ini: "
+        "aiowheel_max_batch)",
+    )
+    parser.addini(
+        "aiowheel_max_batch",
+        type="string",
+        default="",
+        help="with -p aiowheel.pytest: as --aiowheel-max-batch",
     )
     group.addoption(
         "--aiowheel-lingering",
@@ -249,10 +273,11 @@ def _factory(
     clock: tuple[bool | float, float] | None = None,
 ) -> LoopFactory:
     """The loop-mode factory for ``base`` (default: ``--aiowheel-base``) on the real clock,
-    or on a virtual one with ``clock`` = (autojump, start)."""
+    or on a virtual one with ``clock`` = (autojump, start); ``--aiowheel-max-batch`` on both."""
     name = base or str(config.getoption("aiowheel_base"))
+    batch = _max_batch(config)
     # The clock's kind in the key: autojump True == 1.0 and False == 0 in Python.
-    key = (name, None if clock is None else (isinstance(clock[0], bool), *clock))
+    key = (name, None if clock is None else (isinstance(clock[0], bool), *clock), batch)
     found = _factories.get(key)
     if found is None:
         try:
@@ -260,13 +285,42 @@ def _factory(
         except ImportError as exc:
             raise pytest.UsageError(str(exc)) from exc
         if clock is None:
-            found = loop_factory(base_loop)
+            found = loop_factory(base_loop, max_batch=batch)
         else:
+            where = f"@pytest.mark.{_MARKER}"
             found = _FuzzableFactory(
-                virtual_loop_factory(base_loop, _TICK, *clock, f"@pytest.mark.{_MARKER}").config
+                virtual_loop_factory(base_loop, _TICK, *clock, where, batch).config
             )
         _factories[key] = found
     return found
+
+
+_batch: pytest.StashKey[int | None] = pytest.StashKey()
+
+
+def _max_batch(config: pytest.Config) -> int | None:
+    """``--aiowheel-max-batch`` (else the ini option), checked as ``loop_factory`` checks its
+    ``max_batch``: a usage error naming the option otherwise. Read once per run."""
+    if _batch in config.stash:
+        return config.stash[_batch]
+    option = config.getoption("aiowheel_max_batch")
+    name = "--aiowheel-max-batch" if option is not None else "aiowheel_max_batch"
+    text = str(option if option is not None else config.getini("aiowheel_max_batch")).strip()
+    value: object = None
+    if text and text.lower() != "none":
+        try:
+            value = int(text)
+        except ValueError:
+            raise pytest.UsageError(
+                f"aiowheel.pytest: {name}: max_batch must be a positive int or None, "
+                f"got {text!r}"
+            ) from None
+    try:
+        batch = _validate.max_batch(value, name)
+    except (TypeError, ValueError) as exc:
+        raise pytest.UsageError(f"aiowheel.pytest: {exc}") from None
+    config.stash[_batch] = batch
+    return batch
 
 
 def _clock_for(item: pytest.Item | None) -> tuple[bool | float, float] | None:
@@ -630,7 +684,9 @@ def pytest_report_header(config: pytest.Config) -> str:
     if fuzzing is not None and fuzzing.everywhere:
         clock = f", virtual clock, {fuzzing.describe()}"
     every = ", every loop" if _loops is not None and _loops.factory is not None else ""
-    return f"aiowheel: asyncio tests on loop mode, base {base}{clock}{strict}{every}"
+    batch = config.stash.get(_batch, None)
+    batch_text = "" if batch is None else f", max_batch {batch}"
+    return f"aiowheel: asyncio tests on loop mode, base {base}{clock}{batch_text}{strict}{every}"
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-asyncio may be absent: anyio suites need none

@@ -42,7 +42,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
-from . import _validate
+from . import _dispatch, _validate
 from ._census import _loop_of
 from ._clock import STATE_ATTRIBUTE
 from ._fuzz import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz
@@ -68,6 +68,7 @@ __all__ = [
 _T = TypeVar("_T")
 
 _DEFAULT_TICK: Final = _validate.DEFAULT_TICK
+_DEFAULT_MAX_BATCH: Final = _dispatch.DEFAULT_MAX_BATCH
 
 
 class FuzzedLoopFactory(LoopFactory):
@@ -145,9 +146,10 @@ def _factory(
     jitter: object,
     stall_rate: object,
     stall: object,
+    max_batch: object,
 ) -> LoopFactory:
     """:func:`virtual_loop_factory`, every argument checked, errors naming ``where``."""
-    factory = _virtual_loop_factory(base, tick, autojump, start, where)
+    factory = _virtual_loop_factory(base, tick, autojump, start, where, max_batch)
     fuzz = _fuzz(where, seed, jitter, stall_rate, stall, factory.config.tick)
     return factory if fuzz is None else FuzzedLoopFactory(factory.config, fuzz)
 
@@ -162,25 +164,41 @@ def virtual_loop_factory(
     jitter: float | None = None,
     stall_rate: float = 0.0,
     stall: float = DEFAULT_STALL,
+    max_batch: int | None = _DEFAULT_MAX_BATCH,
 ) -> LoopFactory:
     """A zero-argument, picklable factory of loop-mode loops on a virtual clock.
 
     For ``asyncio.run(main(), loop_factory=...)`` (3.12+), ``asyncio.Runner``, anyio's
     ``loop_factory`` backend option and pytest-asyncio's loop factories. ``base`` is the loop
     class (asyncio's default; ``uvloop.Loop``, ``rloop.EventLoop``...). ``loop.time()`` starts
-    at ``start``; a timer due at ``D`` runs with ``loop.time()`` equal to ``D`` rounded up to
-    ``tick``; timers due in the same tick run in the order they were filed.
+    at ``start``; a timer due at ``D`` runs with ``loop.time()`` equal to ``D`` exactly (not
+    rounded to ``tick``); timers with the same deadline run in the order they were filed.
 
     With a ``seed`` (an int >= 0) the clock is fuzzed (a :class:`FuzzedLoopFactory`): each jump
     to a timer lands up to ``jitter`` seconds late (default: 3 ticks), and after a pass of
     timers the loop stalls, with probability ``stall_rate``, for up to ``stall`` seconds. A
     negative, NaN or non-number bound or rate is a ValueError / TypeError naming it.
 
+    ``max_batch`` bounds the due callbacks the wheel runs per loop iteration, as
+    :func:`aiowheel.loop_factory` takes it (a positive int, or None for no bound): more due at
+    once run over the next iterations, ``max_batch`` at a time, the clock staying at their
+    deadline meanwhile (the loop is not idle while a chunk waits).
+
     >>> asyncio.run(main(), loop_factory=aiowheel.testing.virtual_loop_factory())
     >>> asyncio.run(main(), loop_factory=aiowheel.testing.virtual_loop_factory(seed=7))
+    >>> asyncio.run(main(), loop_factory=aiowheel.testing.virtual_loop_factory(max_batch=64))
     """
     return _factory(
-        "virtual_loop_factory()", base, autojump, start, tick, seed, jitter, stall_rate, stall
+        "virtual_loop_factory()",
+        base,
+        autojump,
+        start,
+        tick,
+        seed,
+        jitter,
+        stall_rate,
+        stall,
+        max_batch,
     )
 
 
@@ -226,13 +244,15 @@ def run(
     jitter: float | None = None,
     stall_rate: float = 0.0,
     stall: float = DEFAULT_STALL,
+    max_batch: int | None = _DEFAULT_MAX_BATCH,
 ) -> _T:
     """Run ``main`` like :func:`aiowheel.run`, on a loop with a virtual clock (fuzzed with a
     ``seed``: ``jitter``, ``stall_rate`` and ``stall`` as :func:`virtual_loop_factory` takes
-    them).
+    them; ``max_batch`` too).
 
     >>> aiowheel.testing.run(main())                 # sleeps and timeouts take no wall time
     >>> aiowheel.testing.run(main(), seed=7)         # timers late, as seed 7 says
+    >>> aiowheel.testing.run(main(), max_batch=64)   # at most 64 due callbacks an iteration
     """
     try:
         if asyncio._get_running_loop() is not None:
@@ -240,7 +260,16 @@ def run(
         _validate.coroutine(main, "testing.run()")
         _validate.debug(debug, "testing.run()")
         factory = _factory(
-            "testing.run()", base, autojump, start, _DEFAULT_TICK, seed, jitter, stall_rate, stall
+            "testing.run()",
+            base,
+            autojump,
+            start,
+            _DEFAULT_TICK,
+            seed,
+            jitter,
+            stall_rate,
+            stall,
+            max_batch,
         )
     except BaseException:
         if asyncio.iscoroutine(main):
@@ -315,10 +344,12 @@ def check_determinism(
     jitter: float | None = None,
     stall_rate: float = 0.0,
     stall: float = DEFAULT_STALL,
+    max_batch: int | None = _DEFAULT_MAX_BATCH,
 ) -> list[tuple[float, str]]:
     """Run ``main()`` twice on a virtual clock fuzzed with ``seed`` and compare the traces:
     :class:`NondeterminismError` naming the first difference (with both runs' context) if the
     timers did not run at the same virtual times from the same lines; the trace otherwise.
+    ``base`` and ``max_batch`` as :func:`virtual_loop_factory` takes them.
 
     >>> aiowheel.testing.check_determinism(lambda: client(retries=3), seed=11)
     """
@@ -329,7 +360,16 @@ def check_determinism(
         )
     traces = []
     factory = _factory(
-        "check_determinism()", base, True, 0.0, _DEFAULT_TICK, seed, jitter, stall_rate, stall
+        "check_determinism()",
+        base,
+        True,
+        0.0,
+        _DEFAULT_TICK,
+        seed,
+        jitter,
+        stall_rate,
+        stall,
+        max_batch,
     )
     for _ in range(2):
         with asyncio.Runner(loop_factory=factory) as runner:

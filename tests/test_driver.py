@@ -454,6 +454,71 @@ def test_the_grid_rounds_a_deadline_up_and_a_reading_down() -> None:
     assert grid.time_of(7) == pytest.approx(100.007)
 
 
+# Tick-aligned clocks of every size a grid starts at (a fresh process's monotonic time, days
+# of uptime, a virtual clock at 1.7e9), and ticks above the float spacing there.
+_EPOCHS = (0.0, 0.1, 123.456, 86400.0 * 3 + 0.123, 1e6 + 1 / 3, 1.7e9, 2e9 + 0.5)
+_TICKS = (1e-3, 1e-4, 5e-3, 2e-3, 0.05, 0.1, 1 / 3, 1.0)
+
+
+def whole_ticks_ahead(seed: int) -> list[tuple[float, float, int, float]]:
+    """(tick, epoch, k + m, when): deadlines ``m`` ticks (written as a float, and as decimal
+    digits) ahead of tick ``k``'s time; a tick at least 64 float spacings of the clock."""
+    rng = random.Random(seed)
+    cases = []
+    while len(cases) < 3000:
+        tick = rng.choice(_TICKS)
+        epoch = rng.choice(_EPOCHS)
+        if tick < 64 * math.ulp(epoch + 1e6 * tick):
+            continue
+        k = rng.randrange(0, 10 ** rng.randrange(1, 7))
+        m = rng.randrange(1, 62)
+        now = epoch + k * tick
+        delay = m * tick if rng.random() < 0.5 else float(f"{m * tick:.9g}")
+        cases.append((tick, epoch, k + m, now + delay))
+    return cases
+
+
+def test_a_deadline_whole_ticks_ahead_of_a_tick_is_filed_on_that_tick() -> None:
+    """0.1 / 0.001 is 100.00000000000001, and far from zero the clock's own float spacing is
+    more than the grid's epsilon: such deadlines were filed a tick late (a needless tick on the
+    real clock). Both builds' grid (and the native core, tests/test_native.py) file them on
+    their tick."""
+    from aiowheel._grid import Grid
+
+    wrong = []
+    for tick, epoch, expected, when in whole_ticks_ahead(48):
+        grid = Grid(tick)
+        grid.start(epoch)
+        got = grid.tick_for(when, 0)
+        if got != expected:
+            wrong.append((tick, epoch, when, got, expected))
+    assert wrong == []
+
+
+@pytest.mark.parametrize("tick", _TICKS)
+@pytest.mark.parametrize("epoch", _EPOCHS)
+def test_rounding_either_side_of_a_tick_is_never_early(tick: float, epoch: float) -> None:
+    """Adversarial floats at a boundary: one below it and the boundary itself are its tick;
+    one above it may share that tick (the driver then finds it not due and files it again from
+    its exact deadline); a deadline clearly past it is the next tick, never the one before."""
+    from aiowheel._grid import Grid
+
+    grid = Grid(tick)
+    grid.start(epoch)
+    for k in (1, 7, 100, 4096, 10**6 + 3):
+        boundary = grid.time_of(k)
+        assert grid.tick_for(math.nextafter(boundary, -math.inf), 0) == k
+        assert grid.tick_for(boundary, 0) == k
+        assert grid.tick_for(math.nextafter(boundary, math.inf), 0) in (k, k + 1)
+        past = boundary + max(tick / 100, 16 * math.ulp(boundary))
+        if past < grid.time_of(k + 1):
+            assert grid.tick_for(past, 0) == k + 1
+            assert grid.time_of(k + 1) >= past  # its bucket comes due no earlier than it
+        before = boundary - max(tick / 100, 16 * math.ulp(boundary))
+        if before > grid.time_of(k - 1):
+            assert grid.tick_for(before, 0) == k
+
+
 def test_the_grid_counts_the_wake_up_tick_reached_far_from_the_epoch() -> None:
     # A virtual clock started at 1e9: the division reads 0.448 s past the epoch as just below
     # tick 448, which the wake-up was filed for; the wake-up's own time decides.

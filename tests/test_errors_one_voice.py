@@ -282,6 +282,12 @@ ROWS: dict[str, Row] = {
                                 "testing.run()", "autojump"),
     "testing.run-seed": Row(NO, lambda e: aiowheel.testing.run(_main(), seed=1.5), T,
                             "testing.run()", "seed"),
+    "testing.run-max_batch": Row(NO, lambda e: aiowheel.testing.run(_main(), max_batch=0), V,
+                                 "testing.run()", "max_batch"),
+    "testing.run-max_batch-float": Row(NO, lambda e: aiowheel.testing.run(
+        _main(), max_batch=1.5), T, "testing.run()", "max_batch"),
+    "virtual_loop_factory-max_batch": Row(NO, lambda e: aiowheel.testing.virtual_loop_factory(
+        max_batch=0), V, "virtual_loop_factory()", "max_batch"),
     "testing.advance-negative": Row(VL, lambda e: aiowheel.testing.advance(-1), V, "advance()",
                                     "seconds"),
     "testing.advance-str": Row(VL, lambda e: aiowheel.testing.advance("1"), T, "advance()",

@@ -150,6 +150,51 @@ def test_the_native_wheel_does_what_the_pure_wheel_does(seed: int, slots: int) -
     core.check()
 
 
+def test_the_core_files_a_deadline_whole_ticks_ahead_on_that_tick_as_the_grid_does() -> None:
+    """The core's rounding up is the grid's, float for float (tests/test_driver.py's cases:
+    deadlines m < 64 ticks ahead of tick k, filed in level 0, where the bucket's expiration is
+    the tick), on a core started at tick k's time."""
+    from aiowheel._grid import Grid
+    from tests.test_driver import whole_ticks_ahead
+
+    wrong = []
+    for tick, epoch, expected, when in whole_ticks_ahead(49)[:1000]:
+        grid = Grid(tick)
+        grid.start(epoch)
+        core = native.Core(lambda: None, tick, 64, epoch, lambda e=epoch: e)
+        core.set_armed(UNQUEUED)
+        ahead = expected - 63  # a core whose wheel has reached 63 ticks before the deadline
+        if ahead > 0:
+            core.advance(ahead, grid.time_of(ahead), 0.0, 0.0)
+        handle = core.file(when, print, (), None)
+        got = core.next_expiration()
+        if got != expected or grid.tick_for(when, 0) != expected:
+            wrong.append((tick, epoch, when, got, grid.tick_for(when, 0), expected))
+        handle.cancel()
+    assert wrong == []
+
+
+def test_the_core_wakes_an_exact_clock_for_an_earlier_deadline_in_a_queued_bucket() -> None:
+    """On an exact (virtual) clock the wake-up is at the earliest deadline of the bucket due:
+    the core answers it (earliest) and asks the driver to re-arm for a deadline filed before
+    the armed one even into a bucket already queued."""
+    arms: list[int] = []
+    core = native.Core(lambda: arms.append(1), 0.001, 64, 0.0, lambda: 0.0)
+    core.set_armed(UNQUEUED)
+    late = core.file(0.0105, print, (), None)
+    assert arms == [1] and core.next_expiration() == 11
+    assert core.earliest(11) == 0.0105
+    assert core.earliest(12) == math.inf
+    core.set_armed(11, 0.0105)
+    early = core.file(0.0101, print, (), None)  # same bucket, earlier deadline: re-arm
+    assert arms == [1, 1] and core.earliest(11) == 0.0101
+    core.set_armed(11)  # a real clock: the bucket's tick is the wake-up, no re-arm
+    core.file(0.0102, print, (), None).cancel()
+    assert arms == [1, 1]
+    late.cancel()
+    early.cancel()
+
+
 def _program(seed: int, log: list[tuple[object, ...]]) -> Callable[[], Any]:
     """A random program of timers, the same for the same seed (and the same behaviour)."""
 
@@ -464,6 +509,7 @@ def test_timers_filed_from_an_empty_context_hold_no_context_and_leave_its_count_
     assert len(kept[0].get_context()) == 0 and kept[0].get_context() is not kept[0].get_context()
     del kept
     assert sys.getrefcount(EMPTY_CONTEXT) == before
+
     # A variable set in the current context: that handle gets a copy holding it.
     def filed_with_a_variable() -> Any:
         var.set(7)

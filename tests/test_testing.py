@@ -7,6 +7,7 @@ milliseconds): they only tell "jumped" from "waited for real" (an hour, a minute
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import pickle
 import random
@@ -14,13 +15,17 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable, Coroutine
 from typing import Any
 from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import aiowheel
 import aiowheel.testing as testing
+from aiowheel._loop import LoopFactory
 from tests.support import Base
 
 TICK = 0.001
@@ -28,11 +33,6 @@ TICK = 0.001
 
 def run(coro: Any, base: Base, **options: Any) -> Any:
     return testing.run(coro, base=base, **options)
-
-
-def rounded_up(deadline: float, start: float = 0.0) -> float:
-    """``deadline`` rounded up to the tick, as the engine's wake-up floats are made."""
-    return start + math.ceil(round((deadline - start) / TICK, 6)) * TICK
 
 
 # -- the clock and autojump -------------------------------------------------------------------
@@ -72,8 +72,8 @@ def test_timeouts_fire_at_their_exact_deadlines(base: Base) -> None:
     assert run(main(), base) == [10.0, 40.0, 42.5]
 
 
-def test_a_callback_runs_at_its_deadline_rounded_up_to_the_tick(base: Base) -> None:
-    """Never before D, never a tick after it; same-tick timers in filing order."""
+def test_a_callback_runs_at_its_own_deadline(base: Base) -> None:
+    """At D exactly, not at D's tick; equal deadlines in filing order."""
     rng = random.Random(25)
     deadlines = [rng.uniform(0, 5) for _ in range(300)]
     deadlines += [0.007, 0.3, 1.0, 2.001, 0.0105, 0.0105]  # float-unfriendly tick boundaries
@@ -93,8 +93,7 @@ def test_a_callback_runs_at_its_deadline_rounded_up_to_the_tick(base: Base) -> N
     ran = run(main(), base)
     assert sorted(index for index, _, _ in ran) == list(range(len(deadlines)))
     for _, deadline, at in ran:
-        assert deadline <= at < deadline + TICK
-        assert at == pytest.approx(rounded_up(deadline), abs=1e-9)
+        assert at == deadline
     times = [at for _, _, at in ran]
     assert times == sorted(times)
     # Within one tick, deadline order, and equal deadlines in the order they were filed: the
@@ -103,6 +102,208 @@ def test_a_callback_runs_at_its_deadline_rounded_up_to_the_tick(base: Base) -> N
         (deadline, index) for index, deadline, _ in ran
     )
     assert [index for index, deadline, _ in ran if deadline == 0.0105] == [304, 305]
+
+
+# -- exact time: each timer at its own deadline (issue 48) --------------------------------------
+
+# Delays of every kind a test writes: decimal (0.1 is no binary float), binary fractions, thirds,
+# tiny (below the tick) and huge (a year, 1e9 s), and any float.
+_DELAYS = st.one_of(
+    st.integers(0, 10**6).map(lambda n: n / 1000),
+    st.integers(0, 10**6).map(lambda n: n / 1024),
+    st.integers(1, 3000).map(lambda n: n / 3),
+    st.sampled_from([0.1, 0.3, 1 / 3, 2 / 3, 1e-9, 1e-7, 3e-7, 5e-4, 86400.0 * 365, 1e9]),
+    st.floats(0, 1e7, allow_nan=False, allow_infinity=False),
+)
+_KINDS = ("call_later", "call_at", "sleep", "timeout", "timer_sleep", "every", "watchdog")
+
+
+def _at_own_deadlines(
+    delays: list[float], kinds: list[str], fuzzed: bool = False
+) -> Callable[[], Coroutine[Any, Any, list[tuple[str, float, float]]]]:
+    """A program filing one timer of each kind per delay, all at once; it returns the timers
+    that ran at a time other than their deadline: (kind, deadline, loop.time())."""
+
+    async def main() -> list[tuple[str, float, float]]:
+        loop = asyncio.get_running_loop()
+        own = aiowheel.timer_of(loop)
+        assert own is not None
+        misses: list[tuple[str, float, float]] = []
+
+        def check(kind: str, when: float) -> None:
+            now = loop.time()
+            if now != when and not (fuzzed and now > when):
+                misses.append((kind, when, now))
+
+        async def one(kind: str, delay: float) -> None:
+            done = loop.create_future()
+            if kind == "call_later":
+                handle = loop.call_later(
+                    delay, lambda: (check(kind, handle.when()), done.set_result(None))
+                )
+                await done
+            elif kind == "call_at":
+                when = loop.time() + delay
+                loop.call_at(when, lambda: (check(kind, when), done.set_result(None)))
+                await done
+            elif kind == "sleep":
+                when = loop.time() + delay
+                await asyncio.sleep(delay)
+                check(kind, when)
+            elif kind == "timeout":
+                try:
+                    async with asyncio.timeout(delay) as scope:
+                        await loop.create_future()
+                except TimeoutError:
+                    when = scope.when()
+                    assert when is not None
+                    check(kind, when)
+            elif kind == "timer_sleep":
+                when = loop.time() + delay
+                await own.sleep(delay)
+                check(kind, when)
+            elif (
+                kind == "every" and delay >= 1e-6 and loop.time() + 2 * delay > loop.time() + delay
+            ):
+                # (A period below the clock's float spacing never moves on: not a schedule.)
+                first = loop.time() + delay
+                beat = own.every(
+                    delay,
+                    lambda: (
+                        (check(kind, first), done.set_result(None)) if not done.done() else None
+                    ),
+                )
+                await done
+                beat.cancel()
+            elif kind == "watchdog" and delay > 0:
+                when = loop.time() + delay
+                own.watchdog(delay, lambda: (check(kind, when), done.set_result(None)))
+                await done
+
+        await asyncio.gather(*(one(kind, delay) for delay in delays for kind in kinds))
+        return misses
+
+    return main
+
+
+@pytest.mark.bases("asyncio", "uvloop")
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    delays=st.lists(_DELAYS, min_size=1, max_size=8),
+    start=st.sampled_from([0.0, 0.1, 1e6, 1.7e9]),
+)
+def test_every_timer_runs_with_the_clock_at_its_own_deadline(
+    base: Base, delays: list[float], start: float
+) -> None:
+    """loop.time() == the timer's deadline when it runs (not its tick's time), for every kind
+    of timer: the loop's call_later / call_at (the native core in the compiled build), sleeps,
+    timeouts, and the Timer's own entries (sleep, every, watchdog: the driver's wheel)."""
+    assert run(_at_own_deadlines(delays, list(_KINDS))(), base, start=start) == []
+
+
+def test_six_hundred_sleeps_of_a_tenth_end_at_sixty(base: Base) -> None:
+    """The issue's program: 600 x sleep(0.1) ended at 60.288 (each sleep ran at its deadline
+    rounded up to the tick, and the next one counted from there)."""
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for _ in range(600):
+            await asyncio.sleep(0.1)
+        return loop.time() - start
+
+    assert run(main(), base) == pytest.approx(60.0, abs=1e-9)
+
+
+def test_the_docs_ticks_print_on_time(base: Base) -> None:
+    """docs/testing-time.md's example: [0.1, 0.2, 0.3], not [0.1, 0.2, 0.301]."""
+
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        seen = []
+        for _ in range(3):
+            await asyncio.sleep(0.1)
+            seen.append(round(loop.time(), 6))
+        return seen
+
+    assert run(main(), base) == [0.1, 0.2, 0.3]
+
+
+def test_timers_in_one_tick_each_run_at_their_own_deadline_in_order(base: Base) -> None:
+    """Several distinct deadlines in one bucket: the clock lands on each in turn, and a timer
+    filed at one of them for a deadline still inside the tick runs at that deadline too."""
+
+    async def main() -> list[tuple[str, float]]:
+        loop = asyncio.get_running_loop()
+        ran: list[tuple[str, float]] = []
+        for when in (0.0104, 0.0101, 0.0103, 0.0101):
+            loop.call_at(when, lambda w=when: ran.append((f"at {w}", loop.time())))
+
+        def refile() -> None:
+            ran.append(("refile", loop.time()))
+            loop.call_at(0.01025, lambda: ran.append(("inner", loop.time())))
+
+        loop.call_at(0.0102, refile)
+        await asyncio.sleep(1)
+        return ran
+
+    assert run(main(), base) == [
+        ("at 0.0101", 0.0101),
+        ("at 0.0101", 0.0101),
+        ("refile", 0.0102),
+        ("inner", 0.01025),
+        ("at 0.0103", 0.0103),
+        ("at 0.0104", 0.0104),
+    ]
+
+
+@pytest.mark.bases("asyncio", "uvloop")
+def test_advance_lands_on_each_exact_deadline(base: Base) -> None:
+    delays = [0.1, 0.3, 1 / 3, 0.0105, 2.0000001, 7 / 1024, 5e-7]
+
+    async def main() -> tuple[list[tuple[str, float, float]], float]:
+        task = asyncio.ensure_future(_at_own_deadlines(delays, list(_KINDS))())
+        await asyncio.sleep(0)
+        await testing.advance(3)
+        assert task.done()
+        return task.result(), asyncio.get_running_loop().time()
+
+    assert run(main(), base, autojump=False) == ([], 3.0)
+
+
+@pytest.mark.bases("asyncio", "uvloop")
+def test_exact_under_max_batch(base: Base) -> None:
+    """max_batch=2: a due batch runs two callbacks per loop iteration; each still runs at its
+    own deadline (the clock does not move while a chunk waits, nor land a tick late)."""
+    factory = testing.virtual_loop_factory(base)
+    factory = LoopFactory(dataclasses.replace(factory.config, max_batch=2))
+    delays = [0.1, 0.1, 0.1, 0.1001, 0.1002, 1 / 3, 1 / 3, 0.3]
+    with asyncio.Runner(loop_factory=factory) as runner:
+        assert runner.run(_at_own_deadlines(delays, ["call_later", "call_at", "sleep"])()) == []
+
+
+@pytest.mark.bases("asyncio", "uvloop")
+@pytest.mark.parametrize("seed", range(4))
+def test_a_fuzzed_clock_is_exact_plus_its_seeded_lateness(base: Base, seed: int) -> None:
+    """Under fuzzing each timer runs late by at most the jitter past its own deadline (before:
+    past its deadline's tick, a tick more)."""
+    jitter = 0.0005
+
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        late: list[float] = []
+
+        async def one(delay: float) -> None:
+            when = loop.time() + delay
+            await asyncio.sleep(delay)
+            late.append(loop.time() - when)
+
+        await asyncio.gather(*(one(d) for d in [0.1, 0.2001, 1 / 3, 0.0107, 0.5, 0.7003] * 5))
+        return late
+
+    late = run(main(), base, seed=seed, jitter=jitter)
+    assert min(late) >= 0.0
+    assert max(late) <= jitter + 1e-9, max(late)
 
 
 def test_start_and_time_never_goes_back(base: Base) -> None:

@@ -2,7 +2,7 @@
  * the driver's wake-up, and moving onto another clock.
  *
  * Mirrors the clock side of aiowheel/_driver.py's Driver: the tick of a deadline
- * (aiowheel/_grid.py's Grid.tick_for: ceil((when - epoch) * inverse - EPSILON)), the wake-up the
+ * (aiowheel/_grid.py's Grid.tick_for: ceil((when - epoch) * inverse * SHRINK - slack)), the wake-up the
  * driver arms (Driver._arm, through aiowheel/_reaper.py: the Core only asks for it, when a
  * bucket earlier than the armed expiration is queued), and Driver.use_clock's re-filing of
  * every pending timer on a new epoch (rebase). Where it differs, on purpose:
@@ -62,13 +62,22 @@ core_now(CoreObject *c, double *now)
     return 0;
 }
 
+/* The grid starts at `epoch` (aiowheel._grid's Grid.start and Grid.rebase): the slack of the
+ * rounding up grows with the epoch's float spacing. */
+static inline void
+core_set_epoch(CoreObject *c, double epoch)
+{
+    c->epoch = epoch;
+    c->slack = TICK_EPSILON + TICK_ULPS * fabs(epoch) * c->inv_tick;
+}
+
 /* The tick of a deadline, as aiowheel._grid's Grid.tick_for computes it (the same float
  * operations, so the same tick: setup.py builds without fused multiply-add), clamped to the
  * int64 grid. */
 static inline int64_t
 tick_for(CoreObject *c, double when)
 {
-    double t = ceil((when - c->epoch) * c->inv_tick - TICK_EPSILON);
+    double t = ceil((when - c->epoch) * c->inv_tick * TICK_SHRINK - c->slack);
     if (t >= (double)NEVER_TICK) {
         return NEVER_TICK;
     }
@@ -78,13 +87,16 @@ tick_for(CoreObject *c, double when)
     return (int64_t)t;
 }
 
+/* The driver's arm, if the handle of deadline `when` just filed queued a bucket earlier than
+ * the armed one, or (an exact clock: the virtual one, whose wake-up is at the earliest exact
+ * deadline, aiowheel/_reaper.py's Reaper.arm) is due before the armed wake-up. */
 static int
-core_arm_if_earlier(CoreObject *c, int64_t queued)
+core_arm_if_earlier(CoreObject *c, int64_t queued, double when)
 {
     if (queued < 0) {
         return -1; /* memory error */
     }
-    if (queued < c->armed && c->arm != NULL) {
+    if ((queued < c->armed || when < c->exact_at) && c->arm != NULL) {
         PyObject *res = PyObject_CallNoArgs(c->arm);
         if (res == NULL) {
             return -1;
@@ -106,14 +118,14 @@ core_rebase(CoreObject *c, PyObject *arg)
     }
     harray out = {NULL, 0, 0};
     if (wheel_drain(c, &out) < 0 || stable_sort(out.items, out.len, 1) < 0) {
-        c->epoch = epoch;
+        core_set_epoch(c, epoch);
         for (Py_ssize_t i = 0; i < out.len; i++) {
             wheel_insert(c, out.items[i], tick_for(c, out.items[i]->when));
         }
         PyMem_Free(out.items);
         return NULL;
     }
-    c->epoch = epoch;
+    core_set_epoch(c, epoch);
     for (Py_ssize_t i = 0; i < out.len; i++) {
         wheel_insert(c, out.items[i], tick_for(c, out.items[i]->when));
     }
@@ -140,14 +152,28 @@ core_set_clock(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* set_armed(expiration, exact_at=-inf): the driver's armed expiration, and on an exact clock
+ * the time its wake-up is filed at (aiowheel._reaper.Reaper._set_armed). */
 static PyObject *
-core_set_armed(CoreObject *c, PyObject *arg)
+core_set_armed(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "set_armed(expiration, exact_at=-inf)");
+        return NULL;
+    }
     int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    long long v = PyLong_AsLongLongAndOverflow(args[0], &overflow);
     if (v == -1 && PyErr_Occurred()) {
         return NULL;
     }
+    double exact_at = -INFINITY;
+    if (nargs == 2) {
+        exact_at = PyFloat_AsDouble(args[1]);
+        if (exact_at == -1.0 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
     c->armed = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : v;
+    c->exact_at = exact_at;
     Py_RETURN_NONE;
 }

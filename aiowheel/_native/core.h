@@ -24,6 +24,8 @@
 #define UNQUEUED (((int64_t)1 << 62) - 1) /* aiowheel._wheel.UNQUEUED */
 #define QUEUED_NONE INT64_MAX             /* a bucket queued under no expiration */
 #define TICK_EPSILON 1e-6                 /* aiowheel._grid.EPSILON */
+#define TICK_ULPS 0x1p-50                 /* aiowheel._grid.ULPS */
+#define TICK_SHRINK (1.0 - TICK_ULPS)     /* aiowheel._grid.SHRINK */
 
 /* A handle's fate once it is out of the wheel, kept in its tick (aiowheel._handles). */
 #define DISPATCHED (-1)
@@ -128,8 +130,10 @@ struct CoreObject {
     /* time */
     double epoch;
     double inv_tick;
+    double slack; /* aiowheel._grid.Grid.slack: TICK_EPSILON + TICK_ULPS * |epoch| * inv_tick */
     PyObject *clock; /* NULL: CLOCK_MONOTONIC read natively */
     int64_t armed;   /* the driver's armed expiration (its _armed, mirrored) */
+    double exact_at; /* on an exact clock, the armed wake-up's time (its exact_at); else -inf */
     PyObject *arm;   /* the driver's _arm */
     PyObject *claim; /* the driver's take-over check for a cancel from another thread, or NULL */
     /* loop mode's routing */

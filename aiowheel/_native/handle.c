@@ -465,7 +465,7 @@ static PyType_Slot handle_slots[] = {
     {Py_tp_methods, handle_methods},
     {Py_tp_getset, handle_getset},
     {Py_tp_doc,
-     "A callback scheduled with :meth:`Timer.call_at` or :meth:`Timer.call_later` (or a "
+     "A callback scheduled with :meth:`Timer.call_at` or :meth:`Timer.call_later` (or a\n"
      "loop-mode loop's ``call_at`` / ``call_later``).\n\n"
      "An :class:`asyncio.TimerHandle`, but :meth:`cancel` is O(1), frees the timer at once "
      "and\ntells whether it did anything."},

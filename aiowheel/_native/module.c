@@ -60,6 +60,7 @@ core_close(CoreObject *c, PyObject *Py_UNUSED(ignored))
     Py_CLEAR(c->arm);
     Py_CLEAR(c->claim); /* a closed driver's claim allows every cancel: no driver to ask */
     c->armed = INT64_MAX;
+    c->exact_at = -INFINITY;
     return list;
 }
 
@@ -164,10 +165,11 @@ core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         int level = (n > 0 ? n - 1 : 0) / bits;
         c->level_of[n] = (unsigned char)(level < levels ? level : levels - 1);
     }
-    c->epoch = epoch;
     c->inv_tick = 1.0 / tick;
+    core_set_epoch(c, epoch);
     c->clock = clock == Py_None ? NULL : Py_NewRef(clock);
     c->armed = INT64_MAX;
+    c->exact_at = -INFINITY;
     c->arm = Py_NewRef(arm);
     c->claim = claim == Py_None ? NULL : Py_NewRef(claim);
     c->threshold = INFINITY;
@@ -285,7 +287,8 @@ LOCKED_O(core_drain)
 LOCKED_O(core_close)
 LOCKED_O(core_rebase)
 LOCKED_FAST(core_set_clock)
-LOCKED_O(core_set_armed)
+LOCKED_FAST(core_set_armed)
+LOCKED_O(core_earliest)
 LOCKED_FAST(core_update)
 LOCKED_FAST(core_route)
 LOCKED_O(core_check)
@@ -308,7 +311,8 @@ static PyMethodDef core_methods[] = {
     {"close", (PyCFunction)core_close_locked, METH_NOARGS, NULL},
     {"rebase", (PyCFunction)core_rebase_locked, METH_O, NULL},
     {"set_clock", (PyCFunction)(void (*)(void))core_set_clock_locked, METH_FASTCALL, NULL},
-    {"set_armed", (PyCFunction)core_set_armed_locked, METH_O, NULL},
+    {"set_armed", (PyCFunction)(void (*)(void))core_set_armed_locked, METH_FASTCALL, NULL},
+    {"earliest", (PyCFunction)core_earliest_locked, METH_O, NULL},
     {"update", (PyCFunction)(void (*)(void))core_update_locked, METH_FASTCALL, NULL},
     {"route", (PyCFunction)(void (*)(void))core_route_locked, METH_FASTCALL, NULL},
     {"check", (PyCFunction)core_check_locked, METH_NOARGS, NULL},

@@ -97,7 +97,7 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
     h->core = c;
 #endif
     Py_INCREF(h); /* the wheel's */
-    if (core_arm_if_earlier(c, wheel_insert(c, h, tick)) < 0) {
+    if (core_arm_if_earlier(c, wheel_insert(c, h, tick), when) < 0) {
         Py_DECREF(h);
         return NULL;
     }

@@ -493,6 +493,41 @@ core_check(CoreObject *c, PyObject *Py_UNUSED(ignored))
     Py_RETURN_NONE;
 }
 
+/* earliest(expiration): the earliest deadline among the handles of the buckets queued under
+ * `expiration` (inf if none): aiowheel._wheel's Wheel.entries_at and aiowheel._store's
+ * Store.earliest, for an exact clock's wake-up. One bucket per level can be queued under it. */
+static PyObject *
+core_earliest(CoreObject *c, PyObject *arg)
+{
+    long long expiration = PyLong_AsLongLong(arg);
+    if (expiration == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            return NULL;
+        }
+        PyErr_Clear(); /* beyond the core's grid: no handle of its is there */
+        return PyFloat_FromDouble(INFINITY);
+    }
+    double earliest = INFINITY;
+    for (int level = 0; level < c->levels; level++) {
+        int shift = level * c->bits;
+        if (shift >= 63) {
+            break;
+        }
+        Py_ssize_t index = ((Py_ssize_t)level << c->bits) + (Py_ssize_t)((expiration >> shift) & c->mask);
+        if (c->queued[index] != expiration) {
+            continue;
+        }
+        link_t *bucket = &c->buckets[index];
+        for (link_t *l = bucket->next; l != bucket; l = l->next) {
+            double when = HANDLE_OF(l)->when;
+            if (when < earliest) {
+                earliest = when;
+            }
+        }
+    }
+    return PyFloat_FromDouble(earliest);
+}
+
 static PyObject *
 core_queued_at(CoreObject *c, PyObject *arg)
 {
