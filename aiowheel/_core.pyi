@@ -9,6 +9,7 @@ class TimerHandle:
     """A callback scheduled on a wheel (the native twin of aiowheel._handles.TimerHandle)."""
 
     _when: float
+    _seq: int
     _callback: Callable[..., object] | None
     _args: tuple[object, ...] | None
     _context: contextvars.Context | None
@@ -72,6 +73,8 @@ class Core:
         slow_call_later: Callable[..., object],
     ) -> None: ...
     def check(self) -> None: ...
+    def stamp(self) -> int: ...
+    seq: int
 
 DONE: Awaitable[None]
 loop_setattr: Any

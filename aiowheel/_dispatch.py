@@ -74,10 +74,10 @@ def _no_clock() -> float:
     return 0.0
 
 
-def deadline_of(entry: Entry) -> float:
-    """An entry's exact deadline."""
+def deadline_of(entry: Entry) -> tuple[float, int]:
+    """An entry's place in a due batch: its exact deadline, then its filing stamp."""
     assert isinstance(entry, _Timed)
-    return entry._when
+    return entry._when, entry._seq
 
 
 def when_of(item: Any) -> float:
@@ -87,31 +87,46 @@ def when_of(item: Any) -> float:
 
 
 def in_deadline_order(due: list[Entry]) -> None:
-    """Put a pass's due entries in deadline order (stable: filing order within a deadline).
+    """Put a pass's due entries in deadline order, and timers of one deadline in the order
+    they were filed (their stamps).
 
-    The wheel hands back each bucket's entries in the order they were filed, and a coarse
+    The wheel hands back each bucket's entries in the order they entered it, and a coarse
     bucket holds many deadlines: when the loop comes back late, a 10 ms timer could run before
     a 9 ms one filed after it. The loop's own heap runs them in deadline order, and so does
-    this. Nearly every pass is in order already: one scan, and a sort only when it is not.
+    this. A bucket's order is not the filing order either: a timer filed far ahead enters its
+    last bucket when it cascades, after one of the same deadline filed later, nearer. Nearly
+    every pass is in order already: one scan, and a sort only when it is not.
     """
     last = -inf
+    last_seq = 0
     for entry in due:
-        when = deadline_of(entry)
-        if when < last:
+        assert isinstance(entry, _Timed)
+        when = entry._when
+        if when < last or (when == last and entry._seq < last_seq):
             due.sort(key=deadline_of)
             return
         last = when
+        last_seq = entry._seq
 
 
 def merge(
-    first: list[Any], first_whens: list[float], second: list[Any], second_whens: list[float]
+    first: list[Any],
+    first_whens: list[float],
+    second: list[Any],
+    second_whens: list[float],
+    stamps: tuple[list[int], list[int]] | None = None,
 ) -> tuple[list[Any], list[float]]:
-    """Two lists in deadline order as one, with its deadlines (``first``'s ahead in a tie)."""
+    """Two lists in deadline order as one, with its deadlines: in a tie, ``first``'s ahead,
+    or with ``stamps`` (each list's filing stamps) the one filed first."""
     merged: list[Any] = []
     merged_whens: list[float] = []
     i = j = 0
     while i < len(first) and j < len(second):
-        if second_whens[j] < first_whens[i]:
+        if second_whens[j] < first_whens[i] or (
+            stamps is not None
+            and second_whens[j] == first_whens[i]
+            and stamps[1][j] < stamps[0][i]
+        ):
             merged.append(second[j])
             merged_whens.append(second_whens[j])
             j += 1
@@ -282,21 +297,24 @@ class Dispatch:
     ``run_handles`` runs a batch of the core's handles alone (in C).
     """
 
-    __slots__ = ("_backlog", "_handles", "_ready", "_ready_when", "_run_handles")
+    __slots__ = ("_backlog", "_handles", "_ready", "_ready_seq", "_ready_when", "_run_handles")
 
     def __init__(self, max_batch: int, run_handles: Callable[[list[Any]], None]) -> None:
         self._run_handles: Final = run_handles
         self._backlog: Final = Backlog(max_batch, run_handles)
         # The deadline each entry came due at: a heartbeat re-files itself before the batch
         # runs, and the merge must order it by the deadline it fired for.
+        # Their stamps too, for the same reason (a re-filed heartbeat is stamped again).
         self._ready: list[_Timed] = []
         self._ready_when: list[float] = []
+        self._ready_seq: list[int] = []
         self._handles: Any = None
 
     def queue(self, entry: _Timed) -> None:
         """Run ``entry._run()`` in this pass's batch."""
         self._ready.append(entry)
         self._ready_when.append(entry._when)
+        self._ready_seq.append(entry._seq)
 
     def take_handles(self, handles: list[Any]) -> None:
         """The native core's due handles of this pass, in deadline order."""
@@ -316,15 +334,23 @@ class Dispatch:
         if not batch and handles is None:
             return
         whens = self._ready_when
+        seqs = self._ready_seq
         self._ready = []
         self._ready_when = []
+        self._ready_seq = []
         self._handles = None
         handles_only = not batch
         if handles is not None:
             if handles_only:
                 batch = handles
-            else:
-                batch, whens = merge(batch, whens, handles, [when_of(item) for item in handles])
+            else:  # the driver's entries and the core's handles: by deadline, then stamp
+                batch, whens = merge(
+                    batch,
+                    whens,
+                    handles,
+                    [when_of(item) for item in handles],
+                    (seqs, [item._seq for item in handles]),
+                )
         backlog = self._backlog
         if len(batch) > backlog.max_batch or backlog.waiting():
             if handles_only:

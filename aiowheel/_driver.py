@@ -175,7 +175,7 @@ class Driver(Owner):
         store = self._store
         self._grid.rebase(read(), store.elapsed)
         entries = store.drain()
-        entries.sort(key=_dispatch.deadline_of)  # stable: filing order within a deadline
+        entries.sort(key=_dispatch.deadline_of)  # by deadline, then filing stamp
         for entry in entries:
             assert isinstance(entry, _Timed)
             store.insert(entry, self._tick_for(entry._when))
@@ -287,13 +287,16 @@ class Driver(Owner):
         return tick
 
     def _insert(self, entry: _Timed, tick: int) -> None:
-        """The one place a timer enters the store: insert it, and if its bucket is now the
-        earliest, move the wake-up earlier. With origin tracking on, note where it came from."""
+        """The one place a timer enters the store: stamp it (the tie order), insert it, and if
+        its bucket is now the earliest, move the wake-up earlier. With origin tracking on, note
+        where it came from."""
+        store = self._store
         origins = self._origins
         if origins is not None:
-            origins.note(entry, self._store.count, self.site.bound)
+            origins.note(entry, store.count, self.site.bound)
         reaper = self._reaper
-        if self._store.insert(entry, tick) < reaper.armed or entry._when < reaper.exact_at:
+        entry._seq = store.stamp()
+        if store.insert(entry, tick) < reaper.armed or entry._when < reaper.exact_at:
             self._arm()
 
     def _file(self, entry: _Timed, when: float) -> None:
@@ -314,8 +317,7 @@ class Driver(Owner):
                 self._arm()
 
     def _push_back(self, entry: _Timed, when: float) -> bool:
-        # A thread check, a clock read, two comparisons and one store. (A closed driver has
-        # unlinked every entry and has no thread, so it always answers False.)
+        # A thread check, a clock read, two comparisons, one store (closed: always False).
         if (
             entry._prev is not None
             and when >= entry._when
@@ -474,9 +476,7 @@ class Driver(Owner):
         for entry in due:
             assert isinstance(entry, _Timed)
             when = entry._when
-            if when > now:
-                # Not due after all: its deadline was pushed back without touching the wheel
-                # (_push_back: the lazy re-file), or float rounding put it a hair early.
+            if when > now:  # not due: pushed back lazily (_push_back), or rounded a hair early
                 tick = self._tick_for(when)
                 store.insert(entry, tick if tick > now_tick else now_tick + 1)
                 continue

@@ -41,9 +41,10 @@ class _Timed(_wheel.Entry):
     tick); the owner compares it with the loop's clock before it fires the entry.
     """
 
-    __slots__ = ("_when",)
+    __slots__ = ("_seq", "_when")
 
     _when: float
+    _seq: int  # the filing stamp (Driver._insert): the order among timers of one deadline
 
     def _fire(self, owner: Owner) -> None:
         """The deadline has passed (by the loop's clock): do what this timer is for."""

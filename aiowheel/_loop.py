@@ -58,11 +58,14 @@ from many threads at once: the class cache (``_classes``; a new config's class i
 
 Never early, for every timer of the loop: a wheel timer runs only once the loop's clock has
 reached its exact deadline (see :mod:`aiowheel._driver`). A timer nearer than ``threshold``
-stays on the base loop's heap, and where that heap would run it early by the loop's own clock
-it is filed that much later (:func:`_near_pad`: 1 ms on uvloop, whose heap works in whole
-milliseconds, 1 us on rloop and zuvloop, nothing on asyncio's): a bounded lateness for near
-timers on such a base, in exchange for the guarantee. A deadline already passed is filed as
-given, and so is the loop's wake-up for its wheel, which re-checks every deadline itself.
+stays on the base loop's heap only where that heap is exact (asyncio's). A heap that would run
+it early by the loop's own clock would need it filed that much later (:func:`_near_pad`: 1 ms
+on uvloop, whose heap works in whole milliseconds, 1 us on rloop and zuvloop), and a timer
+filed late on the heap could run an iteration after a wheel timer of the same deadline: on
+such a base every deadline still ahead goes to the wheel, whatever the threshold
+(:func:`_threshold`), and the pad is kept for the calls that reach the heap by other ways. A
+deadline already passed is filed as given, and so is the loop's wake-up for its wheel, which
+re-checks every deadline itself.
 """
 
 from __future__ import annotations
@@ -152,7 +155,8 @@ class LoopConfig:
     """The resolution of the loop's wheel, in seconds (default 1 ms)."""
     threshold: float = DEFAULT_THRESHOLD
     """Deadlines at least this many seconds ahead go to the wheel; nearer ones to the base's
-    own heap."""
+    own heap. Only on a base whose heap is exact (asyncio's loops): on one that would run a
+    timer early (uvloop, rloop, zuvloop...), every deadline still ahead goes to the wheel."""
     clock: VirtualTime | None = None
     """A virtual clock's settings (:func:`aiowheel.testing.virtual_loop_factory`); None for
     the loop's own, real clock. A virtual loop puts every timer on the wheel, whatever the
@@ -318,11 +322,13 @@ def _install(loop: Any, config: LoopConfig) -> None:
     driver = timer._driver
     driver.drive_loop(loop, state.clock)
     state.timer = timer
+    pad = _near_pad(config.base)
+    threshold = _threshold(config.threshold, pad)
     calls = LoopCalls(
         driver,
         driver.site,
-        config.threshold,
-        _near_pad(config.base),
+        threshold,
+        pad,
         heap.slow_call_at,
         heap.slow_call_later,
         heap.near_call_at,
@@ -333,8 +339,8 @@ def _install(loop: Any, config: LoopConfig) -> None:
     # In the compiled build they are the native core's (aiowheel/_core.c), which routes as
     # LoopCalls does and hands it every call that is not for the wheel or the loop's heap.
     front = driver.front(
-        config.threshold,
-        _near_pad(config.base),
+        threshold,
+        pad,
         heap.near_call_at,
         None if heap.reenters_at else heap.near_call_later,  # asyncio's: done in the core
         calls.call_at,
@@ -631,6 +637,24 @@ def _near_pad(base: type[asyncio.AbstractEventLoop]) -> float:
     return _UNMEASURED_PAD
 
 
+def _threshold(threshold: float, pad: float) -> float:
+    """The threshold loop mode routes by: ``threshold`` on a base whose heap is exact (no
+    pad); on one that needs a pad, at most the least positive float: every deadline still
+    ahead goes to the wheel (a threshold of 0 puts a deadline of now there too, as asked).
+
+    A near timer on such a heap, filed ``pad`` late, could run an iteration after a wheel
+    timer of the same deadline, or of a later one (CPython's ``test_nested_timeouts``: two
+    ``asyncio.timeout_at`` of one deadline, entered a millisecond of uvloop's clock apart,
+    were split across the boundary, and the inner one never expired); and the wheel, which
+    checks each deadline before it runs the timer, is no less precise than a padded heap. A
+    deadline already passed still goes to the heap (``call_later(0)`` runs on the next
+    iteration, as before)."""
+    return threshold if pad == 0.0 else min(threshold, _LEAST_AHEAD)
+
+
+_LEAST_AHEAD: Final = math.ulp(0.0)
+
+
 def _debug_checks_for(loop: Any, base: type[Any]) -> Callable[[object, str], None]:
     """The checks the base loop's call_at makes in debug mode, with its messages."""
     if hasattr(base, "_check_thread") and hasattr(base, "_check_callback"):  # asyncio's
@@ -700,10 +724,11 @@ def new_event_loop(
 
     ``base`` defaults to asyncio's default loop class; pass ``uvloop.Loop`` for uvloop.
     Deadlines at least ``threshold`` seconds ahead go to the loop's wheel (resolution
-    ``tick``); nearer ones stay on the loop's own heap. :func:`aiowheel.get_timer` on the loop
-    returns its wheel's Timer. At most ``max_batch`` due wheel callbacks run per loop
-    iteration (None: no bound); more due at once run over the next iterations, in deadline
-    order, the loop polling its I/O between chunks.
+    ``tick``); nearer ones stay on the loop's own heap (on asyncio's loops: on a base whose
+    heap would run a timer early, such as uvloop's, every deadline ahead goes to the wheel).
+    :func:`aiowheel.get_timer` on the loop returns its wheel's Timer. At most ``max_batch``
+    due wheel callbacks run per loop iteration (None: no bound); more due at once run over
+    the next iterations, in deadline order, the loop polling its I/O between chunks.
 
     >>> loop = aiowheel.new_event_loop()
     >>> loop.run_until_complete(main())   # every timer of main() on the wheel

@@ -70,12 +70,19 @@ native: Any = load_native()
 class Store:
     """The wheel alone: every timer, callback handles included, is an entry of it."""
 
-    __slots__ = ("wheel",)
+    __slots__ = ("_stamped", "wheel")
 
     def __init__(self, slots: int) -> None:
         self.wheel: Final = Wheel(slots)
+        self._stamped = 0
 
     # -- the driver's entries --------------------------------------------------------------------
+
+    def stamp(self) -> int:
+        """The next filing stamp: timers of one deadline run in the order of theirs (the order
+        they were filed in, whatever buckets they came through)."""
+        self._stamped += 1
+        return self._stamped
 
     def insert(self, entry: Entry, tick: int) -> int:
         """File ``entry`` at ``tick`` (see :meth:`aiowheel._wheel.Wheel.insert`)."""
@@ -226,11 +233,25 @@ class NativeStore(Store):
     ) -> None:
         """Make the core, on the wheel's grid; it calls ``arm`` when it queues a bucket earlier
         than the armed wake-up, and ``claim`` for the thread check of a foreign cancel."""
+        old = self._core
+        if old is not None:
+            self._stamped = old.seq
         self._core = core = native.Core(
             arm, tick, self.wheel.slots, epoch, _native_clock(clock), claim=claim
         )
+        # One count of stamps for the entries and the core's handles: the entries stamped
+        # before (by this store) stay ahead of every handle the core files.
+        core.seq = self._stamped
         # Bound once: the hot path calls it without looking the method up by name each time.
         self._file = core.file
+
+    def stamp(self) -> int:
+        """See :meth:`Store.stamp` (the core's count, which its handles take theirs from)."""
+        core = self._core
+        if core is None:
+            return super().stamp()
+        seq: int = core.stamp()
+        return seq
 
     def file_call(
         self,

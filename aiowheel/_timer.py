@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import math
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -371,7 +372,7 @@ class Timer:
         policy = _validate.missed(missed, "every()")
         if not callable(callback):
             raise TypeError(f"every(): callback must be callable, got {type(callback).__name__}")
-        first = self._first_deadline(start, period, "every()")
+        first = self._first_deadline(start, period, "every()", "interval")
         handle = PeriodicHandle(
             driver, _Schedule(first, period, policy), callback, args, contextvars.copy_context()
         )
@@ -389,16 +390,29 @@ class Timer:
         self._driver._running_loop()
         every = _validate.period("interval(): period", period)
         policy = _validate.missed(missed, "interval()")
-        first = self._first_deadline(start, every, "interval()")
+        first = self._first_deadline(start, every, "interval()", "period")
         return Interval(self._driver, _Schedule(first, every, policy))
 
-    def _first_deadline(self, start: Seconds | None, period: float, where: str) -> float:
-        """A schedule's first deadline: ``start``, validated, or one period from now."""
+    def _first_deadline(
+        self, start: Seconds | None, period: float, where: str, name: str
+    ) -> float:
+        """A schedule's first deadline: ``start``, validated, or one period from now.
+        ValueError if the period is below the float spacing there: each beat's deadline would
+        be the last one's (the schedule could not advance)."""
         if start is None:
-            return self._driver._loop_time() + period
-        if not isinstance(start, float):
-            start = seconds(f"{where}: start", start)
-        return _validate.not_nan(start, f"{where}: start")
+            now = self._driver._loop_time()
+            first = now + period
+            at = now
+        else:
+            if not isinstance(start, float):
+                start = seconds(f"{where}: start", start)
+            first = at = _validate.not_nan(start, f"{where}: start")
+        if at + period == at and abs(at) < math.inf:
+            raise ValueError(
+                f"{where}: {name} {period!r} is below the float spacing of the clock's time "
+                f"{at!r} ({math.ulp(at)!r} s): the beats could not advance"
+            )
+        return first
 
     def watchdog(
         self, timeout: Seconds, on_expire: Callable[..., object], *args: object

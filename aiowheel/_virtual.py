@@ -686,22 +686,26 @@ def _calibrate() -> _Sampler | None:
 class _LibuvPool:
     """libuv's worker threads ("libuv-worker"), where uvloop and zuvloop resolve names
     (``getaddrinfo``, ``getnameinfo``) and do their file work: busy while one of them is not
-    waiting for work (on its condition variable, a lock's wait)."""
+    waiting for work (on its condition variable, a lock's wait).
+
+    The threads are listed again only when the process's thread count changes: one stat per
+    idle check instead of a directory listing (the virtual clock asks at each jump; a listing
+    each time made a long uvloop run 4x slower). libuv starts its pool in the thread that first
+    queues work, before that call returns, so the count has changed before a worker can be
+    busy for the loop; but a worker names itself when it starts, so a new thread may not read
+    "libuv-worker" yet. For ``_SETTLE`` seconds of real time after a change, every thread new
+    since the last trusted listing (but the loop's own) is watched as if it were a worker, and
+    the threads are listed again at each check; then the names are trusted. The price: a new
+    thread of the program's own that runs (not waiting on a lock) holds the clock for at most
+    that long."""
 
     def __init__(self, sampler: _Sampler) -> None:
         self._sampler = sampler
         self._names: dict[str, bool] = {}  # thread id -> whether it is a libuv worker
-        # The process's thread count when the workers were last listed, and their ids: the
-        # listing is redone only when the count changes. One stat per idle check instead of a
-        # directory listing (the virtual clock asks several times per pass: a listing each time
-        # made a long uvloop run 4x slower). libuv starts its pool in the thread that first
-        # queues work, before that call returns, so a new worker is counted before it can be
-        # busy for the loop. A worker names itself ("libuv-worker") when it starts, so for a
-        # quarter second of real time after a change the threads are listed again on every
-        # check, and a nameless one is not remembered as no worker.
-        self._threads = -1
-        self._settled = 0.0  # time.monotonic() from which the last listing is trusted
-        self._workers: tuple[int, ...] = ()
+        self._threads = -1  # the thread count at the last listing
+        self._settled = 0.0  # time.monotonic() from which a listing is trusted; 0.0: it is
+        self._known: frozenset[str] = frozenset()  # the threads of the last trusted listing
+        self._watch: tuple[int, ...] = ()
 
     def busy(self) -> bool:
         """Whether a libuv worker of this process is at work now."""
@@ -710,32 +714,36 @@ class _LibuvPool:
         except OSError:
             return False
         if threads != self._threads:
+            first = self._threads < 0  # the threads there before the clock: trusted
             self._threads = threads
-            self._settled = time.monotonic() + _SETTLE
-            self._workers = self._list(False)
+            self._settled = 0.0 if first else time.monotonic() + _SETTLE
+            self._list(first)
         elif self._settled:
-            settling = time.monotonic() < self._settled
-            self._workers = self._list(not settling)
-            if not settling:
+            trusted = time.monotonic() >= self._settled
+            self._list(trusted)
+            if trusted:
                 self._settled = 0.0
         sampler = self._sampler
-        for tid in self._workers:
+        for tid in self._watch:
             call = sampler.syscall(tid)
             if call is not None and call not in sampler.lock_waits:
                 return True
         return False
 
-    def _list(self, remember: bool) -> tuple[int, ...]:
-        """The ids of this process's libuv workers now; ``remember``: also the threads that
-        are not (otherwise only the workers are remembered)."""
+    def _list(self, trusted: bool) -> None:
+        """List the threads to watch: the workers and, until a listing is ``trusted``, each
+        thread new since the last trusted one that has not named itself a worker yet."""
         try:
             tids = os.listdir(_TASKS)
         except OSError:
-            return ()
+            self._watch = ()
+            return
         names = self._names
         if len(names) > 4 * len(tids) + 64:
             names.clear()  # threads come and go: forget the ones gone
-        workers = []
+        known = self._known
+        own = str(threading.get_native_id())
+        watch = []
         for tid in tids:
             worker = names.get(tid)
             if worker is None:
@@ -744,11 +752,13 @@ class _LibuvPool:
                         worker = file.read().strip() == b"libuv-worker"
                 except OSError:
                     continue
-                if worker or remember:
+                if worker or trusted:
                     names[tid] = worker
-            if worker:
-                workers.append(int(tid))
-        return tuple(workers)
+            if worker or (not trusted and tid not in known and tid != own):
+                watch.append(int(tid))
+        if trusted:
+            self._known = frozenset(tids)
+        self._watch = tuple(watch)
 
 
 # -- idle detectors ---------------------------------------------------------------------------
@@ -841,6 +851,11 @@ class _ProbeIdle(_Idle):
         self._seen = self._activity
         if busy or not self._quiet:
             # Something ran or is queued: let it run, and a poll happen, before looking again.
+            # A quiet round starts with the threads idle: a poll must follow the moment they
+            # were seen so (a libuv worker's result waits in the loop's I/O until one does).
+            if not busy and clock._threads_hold():
+                self._hold()
+                return
             self._quiet = not busy
             self._probe_queued = True
             self._call_soon(self._probe)
@@ -857,16 +872,19 @@ class _ProbeIdle(_Idle):
             self.want()
 
     def _jump(self) -> bool:
-        """Jump if no thread holds the clock; else look again in ``_PARK_POLL`` seconds of
-        real time (a thread may park meanwhile) and say False."""
-        clock = self._clock
-        if clock._jump():
+        """Jump if no thread holds the clock; else :meth:`_hold` and say False."""
+        if self._clock._jump():
             return True
+        self._hold()
+        return False
+
+    def _hold(self) -> None:
+        """Threads hold the clock: look again in ``_PARK_POLL`` seconds of real time (a
+        thread may park, or a worker finish, meanwhile)."""
         self._quiet = False
-        if clock._recheck and not self._rechecking:  # threads hold the clock: look again
+        if self._clock._recheck and not self._rechecking:
             self._rechecking = True
             _loop_state(self._loop).heap.near_call_later(_PARK_POLL, self._look_again)
-        return False
 
     def _look_again(self) -> None:
         self._rechecking = False

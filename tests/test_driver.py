@@ -1,6 +1,7 @@
 """The driver (``aiowheel._driver``) and the rooms it asks (the binding's loop check, the
 reaper's wake-up, the store, the grid): the one owner of the wheel. What every timer kind
-shares is tested here once: due timers run in deadline order, one loop handle wakes the reaper
+shares is tested here once: due timers run in deadline order (one deadline's in the order they
+were filed), one loop handle wakes the reaper
 whatever the pending count, the pending limit, the loop check and its errors, the lazy
 push-back, and what closing a loop does to pending timers."""
 
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 import aiowheel
+import aiowheel.testing
 from aiowheel import PendingLimitError, Timer, TimerClosedError
 from tests.support import Base, collect_errors, run_virtual
 
@@ -544,3 +546,59 @@ def test_the_grid_counts_lateness_from_the_pass_floor() -> None:
     assert grid.late(10.010, 9.0, 0.0) == pytest.approx(0.005)  # filed already past: from the floor
     assert grid.late(10.010, 10.008, 0.5) == 0.5  # the max so far stays
     assert grid.lag(10.010, 7) == pytest.approx(0.003)
+
+
+# -- tie order -----------------------------------------------------------------------------------
+
+
+def _ties(seed: int, kinds: tuple[str, ...]) -> list[tuple[float, int]]:
+    """Timers of a few shared deadlines, filed over time from every distance (a far one sits
+    on a coarse level and cascades; a near one goes straight to the finest), each of a random
+    ``kind``: loop mode's call_at, a Timer's call_at, a heartbeat's first beat. What ran, as
+    (deadline, filing index), in running order."""
+
+    async def main() -> list[tuple[float, int]]:
+        loop = asyncio.get_running_loop()
+        timer = aiowheel.get_timer()
+        rng = random.Random(seed)
+        log: list[tuple[float, int]] = []
+        start = loop.time()
+        deadlines = [start + rng.choice([0.5, 1.0, 2.0, 3.3, 64.0, 300.0]) for _ in range(4)]
+        n = 0
+        for _ in range(40):
+            when = rng.choice(deadlines)
+            if when > loop.time():
+                kind = rng.choice(kinds)
+                key = (when, n)
+                if kind == "loop":
+                    loop.call_at(when, log.append, key)
+                elif kind == "timer":
+                    timer.call_at(when, log.append, key)
+                else:
+                    beat: list[Any] = []
+
+                    def once(key: tuple[float, int] = key, beat: list[Any] = beat) -> None:
+                        log.append(key)
+                        beat[0].cancel()
+
+                    beat.append(timer.every(1e6, once, start=when))
+                n += 1
+            await asyncio.sleep(rng.choice([0, 0.1, 0.45, 1.0, 30.0]))
+        await asyncio.sleep(400)
+        assert len(log) == n
+        return log
+
+    return aiowheel.testing.run(main())
+
+
+@pytest.mark.parametrize("kinds", [("loop",), ("loop", "timer", "every")], ids=["calls", "mixed"])
+def test_timers_of_one_deadline_run_in_the_order_they_were_filed(kinds: tuple[str, ...]) -> None:
+    # Before 0.5 a timer filed far ahead cascaded into its last bucket behind one of the same
+    # deadline filed later, nearer (33 of these 60 seeds out of order, in both builds), and in
+    # the compiled build a heartbeat ran before a call_at of its deadline whatever the order.
+    ran = 0
+    for seed in range(60):
+        log = _ties(seed, kinds)
+        assert log == sorted(log), seed
+        ran += len(log)
+    assert ran > 400

@@ -269,6 +269,22 @@ async def test_bad_intervals_are_value_errors(bad: float) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_period_below_the_clocks_float_spacing_is_refused() -> None:
+    # 5e-324 used to run once, then the timer failed in the reaper (OverflowError, reported,
+    # the heartbeat gone); far from zero a period below the spacing beat on the same deadline.
+    async with Timer() as timer:
+        now = asyncio.get_running_loop().time()
+        for period, start in [(5e-324, None), (math.ulp(now) / 4, None), (1e-9, 1e9)]:
+            with pytest.raises(ValueError, match="below the float spacing.*could not advance"):
+                timer.every(period, print, start=start)
+            with pytest.raises(ValueError, match="period .* below the float spacing"):
+                timer.interval(period, start=start)
+        assert len(timer) == 0
+        beat = timer.every(1e-6, print, start=1.0)  # above the spacing at 1.0: taken
+        beat.cancel()
+
+
+@pytest.mark.anyio
 async def test_unknown_policy_lists_the_valid_ones_and_non_callables_are_type_errors() -> None:
     async with Timer() as timer:
         with pytest.raises(ValueError, match="'burst', 'delay', 'skip'"):

@@ -80,7 +80,8 @@ typedef struct {
 #endif
     CoreObject *core; /* over _scheduled; borrowed: valid while pending (a Core drains its
                        * handles before it goes) */
-    void *spare;      /* over _when: unused */
+    uintptr_t seq;    /* over _when: the filing's stamp (the core's count of filings when it
+                       * was filed), the tie order of handles of one deadline */
 } HandleObject;
 
 #define HANDLE_OF(l) ((HandleObject *)((char *)(l) - offsetof(HandleObject, link)))
@@ -132,6 +133,7 @@ struct CoreObject {
     double inv_tick;
     double slack; /* aiowheel._grid.Grid.slack: TICK_EPSILON + TICK_ULPS * |epoch| * inv_tick */
     PyObject *clock; /* NULL: CLOCK_MONOTONIC read natively */
+    uintptr_t seq;   /* filings stamped so far: the core's handles and the driver's entries */
     int64_t armed;   /* the driver's armed expiration (its _armed, mirrored) */
     double exact_at; /* on an exact clock, the armed wake-up's time (its exact_at); else -inf */
     PyObject *arm;   /* the driver's _arm */

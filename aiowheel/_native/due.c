@@ -78,14 +78,17 @@ core_advance(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = due.len;
     if (n > 1) {
         double last = -INFINITY;
+        uintptr_t last_seq = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (due.items[i]->when < last) {
+            double when = due.items[i]->when;
+            if (when < last || (when == last && due.items[i]->seq < last_seq)) {
                 if (stable_sort(due.items, n, 1) < 0) {
                     goto fail;
                 }
                 break;
             }
-            last = due.items[i]->when;
+            last = when;
+            last_seq = due.items[i]->seq;
         }
     }
     Py_ssize_t fired = 0;

@@ -444,7 +444,14 @@ handle_get_loop(HandleObject *h, void *Py_UNUSED(closure))
                         Py_TYPE(h)->tp_name);
 }
 
+static PyObject *
+handle_get_seq(HandleObject *h, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSize_t((size_t)h->seq);
+}
+
 static PyGetSetDef handle_getset[] = {
+    {"_seq", (getter)handle_get_seq, NULL, NULL, NULL},
     {"_loop", (getter)handle_get_loop, NULL, NULL, NULL},
     {"_when", (getter)handle_get_when, NULL, NULL, NULL},
     {"_callback", (getter)handle_get_callback, NULL, NULL, NULL},

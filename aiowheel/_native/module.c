@@ -64,6 +64,37 @@ core_close(CoreObject *c, PyObject *Py_UNUSED(ignored))
     return list;
 }
 
+/* Core.stamp(): the next filing stamp, for an entry the driver files in its own wheel (its
+ * tie order among the core's handles: aiowheel._dispatch.merge). */
+static PyObject *
+core_stamp(CoreObject *c, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromSize_t((size_t)++c->seq);
+}
+
+/* Core.seq: the stamps given so far; set by a store whose entries were stamped before it had
+ * this core, so that later stamps follow theirs. */
+static PyObject *
+core_get_seq(CoreObject *c, void *Py_UNUSED(closure))
+{
+    return PyLong_FromSize_t((size_t)c->seq);
+}
+
+static int
+core_set_seq(CoreObject *c, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "Core.seq cannot be deleted");
+        return -1;
+    }
+    size_t seq = PyLong_AsSize_t(value);
+    if (seq == (size_t)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    c->seq = (uintptr_t)seq;
+    return 0;
+}
+
 static Py_ssize_t
 core_len(CoreObject *c)
 {
@@ -293,6 +324,7 @@ LOCKED_FAST(core_update)
 LOCKED_FAST(core_route)
 LOCKED_O(core_check)
 LOCKED_O(core_queued_at)
+LOCKED_O(core_stamp)
 
 static PyMethodDef core_methods[] = {
     {"call_at", (PyCFunction)(void (*)(void))core_call_at, METH_FASTCALL | METH_KEYWORDS,
@@ -317,6 +349,7 @@ static PyMethodDef core_methods[] = {
     {"route", (PyCFunction)(void (*)(void))core_route_locked, METH_FASTCALL, NULL},
     {"check", (PyCFunction)core_check_locked, METH_NOARGS, NULL},
     {"queued_at", (PyCFunction)core_queued_at_locked, METH_O, NULL},
+    {"stamp", (PyCFunction)core_stamp_locked, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -326,6 +359,7 @@ static PyGetSetDef core_getset[] = {
     {"elapsed", (getter)core_get_elapsed, NULL, NULL, NULL},
     {"fast", (getter)core_get_fast, NULL, NULL, NULL},
     {"native_clock", (getter)core_get_native_clock, NULL, NULL, NULL},
+    {"seq", (getter)core_get_seq, (setter)core_set_seq, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -494,7 +528,7 @@ make_handle_type(PyObject *module)
         slot_offset(base, "_repr") != offsetof(HandleObject, link.next) ||
         slot_offset(base, "_source_traceback") != offsetof(HandleObject, when) ||
         slot_offset(base, "_scheduled") != offsetof(HandleObject, core) ||
-        slot_offset(base, "_when") != offsetof(HandleObject, spare)) {
+        slot_offset(base, "_when") != offsetof(HandleObject, seq)) {
         PyErr_Clear();
         PyErr_Format(PyExc_ImportError,
                      "aiowheel._core: asyncio.TimerHandle's layout is not the one this core "

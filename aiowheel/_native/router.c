@@ -62,6 +62,7 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
     h->args = NULL;
     h->context = NULL;
     h->when = when;
+    h->seq = ++c->seq;
     h->tick = CANCELLED;
     if (context == NULL && current_context_is_empty()) {
         /* No reference at all (NULL, not the shared empty context): on a free-threaded build

@@ -224,7 +224,9 @@ harray_append(harray *a, HandleObject *h)
     return 0;
 }
 
-/* Stable merge sort of handles by tick (by_when == 0) or by deadline (by_when == 1). It sorts
+/* Stable merge sort of handles by tick (by_when == 0) or by deadline then filing stamp
+ * (by_when == 1: handles of one deadline in the order they were filed, whatever buckets they
+ * came through: one filed far ahead cascades into a bucket after one filed later). It sorts
  * (key, handle) pairs: the comparisons read a contiguous array, not each handle's field (a due
  * batch's handles are scattered in memory, and reading the key from each would cost a cache
  * miss per handle per merge pass: most of a large advance's time). */
@@ -233,13 +235,18 @@ typedef struct {
         int64_t tick;
         double when;
     } key;
+    uintptr_t seq; /* by deadline: the filing order within one */
     HandleObject *h;
 } keyed;
 
 static inline int
 keyed_before(const keyed *a, const keyed *b, int by_when)
 {
-    return by_when ? b->key.when < a->key.when : b->key.tick < a->key.tick; /* b goes first */
+    /* b goes first */
+    if (by_when) {
+        return b->key.when < a->key.when || (b->key.when == a->key.when && b->seq < a->seq);
+    }
+    return b->key.tick < a->key.tick;
 }
 
 static int
@@ -267,6 +274,7 @@ stable_sort(HandleObject **items, Py_ssize_t n, int by_when)
         a[i].h = items[i];
         if (by_when) {
             a[i].key.when = items[i]->when;
+            a[i].seq = items[i]->seq;
         }
         else {
             a[i].key.tick = items[i]->tick;
