@@ -163,7 +163,7 @@ REGISTRY: tuple[Workload, ...] = (
     Workload("near", (*PEERS, *LOOP_MODE),
              lambda s: {f"call_later(0.005), pending={s.churn_pending[0]:,}":
                         _churn(s.churn_pending[0], s.churn_ops, delay=0.005)},
-             "churn of 5 ms timers: in loop mode they stay on the loop's heap"),
+             "churn of 5 ms timers: in loop mode on asyncio's heap, on uvloop's on the wheel"),
     Workload("timeout", EVERY_LOOP,
              lambda s: {"empty body": _simple("ops_per_s", lambda k: w.timeout_cm(k, s.cm_ops))},
              "async with timeout(30): pass"),

@@ -98,7 +98,7 @@ TARGETS: tuple[Target, ...] = (
     Target("loop mode: loop.call_later churn @1,000 >= 0.95x the base {loop} loop's", "churn",
            "ops_per_s", "loop-mode/{loop}", 0.95, theirs="loop/{loop}", param="pending=1,000",
            unmeasured=False),
-    Target("loop mode: near timers ({param}) on {loop}, kept on the heap", "near", "ops_per_s",
+    Target("loop mode: near timers ({param}) on {loop}", "near", "ops_per_s",
            "loop-mode/{loop}", 0, sense="info", theirs="loop/{loop}", loops=LOOPS,
            shows="{ratio:.2f}x the base loop's"),
     Target("loop mode: asyncio.sleep fan-out wall time <= the base {loop} loop's", "fanout",
