@@ -108,8 +108,7 @@ class Driver(Owner):
         self._grid: Final = Grid(tick)
         self._limit: Final = limit
         self._due: Final = Dispatch(max_batch, self._store.run)
-        # The loop check, the binding and the loop's thread (aiowheel._binding): the Timer and
-        # loop mode ask it directly.
+        # The loop check, the binding and the thread (aiowheel._binding): asked directly.
         self.site: Final = Binding(self, self._bind, self._sync)
         self._loop_thread: Final = self.site.thread
         self._debug = False
@@ -122,16 +121,13 @@ class Driver(Owner):
             self._is_closed,
             self.shutdown,
         )
-        # The clock's reading function (called on every filing: a builtin where it can).
         self._read: Callable[[], float] = time.monotonic
         self._fired = 0
         self._cancelled_on_close = 0
         self._wakeups = 0
         self._max_lateness = 0.0
-        # Loop lag: how late the passes that fired timers ran (its listener: aiowheel._view).
         self.lag: Final = LagHistogram(0.0)
-        # Where each pending timer was filed from, while origin tracking is on (debug mode or
-        # aiowheel.track_origins); None otherwise, and then filing pays one comparison.
+        # Where each pending timer was filed from, while origin tracking is on; else None.
         self._origins: _debug.Origins | None = None
 
     # -- binding (aiowheel._binding asks; the driver sets up its clock, store and reaper) --------
@@ -262,6 +258,10 @@ class Driver(Owner):
 
     def _now(self) -> float:
         return self._read()
+
+    def due_by(self, when: float) -> bool:
+        """Whether a wheel timer may run by ``when``'s tick (a near timer then joins them)."""
+        return self._tick_for(when) >= self._reaper.armed
 
     def _loop_time(self) -> float:
         return self.site.loop_time()

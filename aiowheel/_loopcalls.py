@@ -12,7 +12,14 @@ Where a call goes:
   callable, on an open driver: the wheel;
 - a nearer one, known to be a number and not NaN: straight to the base loop's own heap, padded
   by ``near_pad`` where that heap would run it early by the loop's clock (aiowheel._loop's
-  ``_PADS``); a deadline already passed is never padded;
+  ``_PADS``); a deadline already passed is never padded. But a near deadline still ahead goes
+  to the wheel when a wheel timer may run by its tick (``Driver.due_by``: the tick is at or
+  past the armed expiration): the heap runs a timer at its exact deadline, the wheel at its
+  tick, so a near timer on the heap could run before a wheel timer of the same deadline or an
+  earlier one (two nested ``asyncio.timeout_at`` of one deadline, the inner entered 5 ms before
+  it, split 22 times in 40 on asyncio's loop; the outer then never expired). Filed on the
+  wheel, the two run in one pass in (deadline, filing) order. A near timer keeps the heap's
+  precision whenever the wheel has nothing due by its tick;
 - anything else (NaN, None, a non-number, a non-callable, a closed driver): the slow path,
   which checks it or lets the base loop do so, with the base loop's own messages.
 
@@ -121,7 +128,10 @@ class LoopCalls:
                 if driver.debug:
                     self._debug_checks(callback, "call_at")
                 return driver.call(deadline, callback, args, context, "call_at()", False)
-        elif ahead == ahead:  # near, and not NaN: straight to the loop's heap
+        elif ahead == ahead:  # near, and not NaN: the loop's heap, unless the wheel's order
+            if ahead > 0 and _callable(callback) and self._joins_wheel(deadline):
+                self._take("call_at", callback)
+                return driver.call(deadline, callback, args, context, "call_at()", False)
             pad = self._near_pad
             if pad and ahead > 0:  # a deadline already passed cannot be run early
                 # As the delay it is from now: uvloop's own call_at would turn it into one
@@ -152,12 +162,28 @@ class LoopCalls:
                 if driver.debug:
                     self._debug_checks(callback, "call_later")
                 return driver.call(seconds_ahead, callback, args, context, "call_later()", True)
-        elif seconds_ahead == seconds_ahead:  # near, and not NaN: straight to the loop's heap
+        elif seconds_ahead == seconds_ahead:  # near, and not NaN: as call_at's
+            driver = self._driver
+            when = driver._now() + seconds_ahead
+            if seconds_ahead > 0 and _callable(callback) and self._joins_wheel(when):
+                self._take("call_later", callback)
+                return driver.call(when, callback, args, context, "call_later()", False)
             pad = self._near_pad
             if pad and seconds_ahead > 0:
                 delay = seconds_ahead + pad
             return _hand_over(self._near_call_later, delay, callback, args, context)
         return self._slow_call_later(delay, callback, *args, context=context)
+
+    def _joins_wheel(self, when: float) -> bool:
+        """Whether a near deadline still ahead goes to the wheel (see the module docstring):
+        a wheel timer may run by its tick, and the loop is open."""
+        return not self._site.closed and self._driver.due_by(when)
+
+    def _take(self, method: str, callback: object) -> None:
+        """The wheel takes a near timer of ``callback``: debug mode's checks of ``method``, as
+        the base would make them."""
+        if self._driver.debug:
+            self._debug_checks(callback, method)
 
     def _from_another_thread(
         self,

@@ -229,6 +229,17 @@ foreign_thread(CoreObject *c)
 #endif
 }
 
+/* Whether a near deadline still ahead goes to the wheel: when a wheel timer may run by its
+ * tick (the tick is at or past the armed expiration, aiowheel._driver's Driver.due_by), and
+ * the callback is callable (else the slow path's checks). The heap runs a timer at its exact
+ * deadline, the wheel at its tick: on the heap it could run before a wheel timer of the same
+ * deadline or an earlier one (aiowheel._loopcalls). */
+static inline int
+joins_wheel(CoreObject *c, double when, PyObject *callback)
+{
+    return tick_for(c, when) >= c->armed && Py_TYPE(callback)->tp_call != NULL;
+}
+
 static PyObject *
 core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -254,7 +265,15 @@ core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwna
         Py_DECREF(res); /* beyond the core's grid: the driver's wheel, through the slow path */
         goto slow;
     }
-    if (ahead == ahead) { /* near, and not NaN: straight to the loop's heap */
+    if (ahead == ahead) { /* near, and not NaN: the loop's heap, unless the wheel's order */
+        if (ahead > 0 && joins_wheel(c, when, args[1])) {
+            PyObject *res = core_file_locked(c, when, args[1], args + 2, nargs - 2, context);
+            if (res != Py_NotImplemented) {
+                return res;
+            }
+            Py_DECREF(res);
+            goto slow;
+        }
         if (c->near_pad && ahead > 0) {
             PyObject *delay = PyFloat_FromDouble(ahead + c->near_pad);
             if (delay == NULL) {
@@ -301,12 +320,27 @@ core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *k
         goto slow;
     }
     if (delay == delay) {
+        if (delay > 0) {
+            if (core_now(c, &now) < 0) {
+                return NULL;
+            }
+            if (joins_wheel(c, now + delay, args[1])) {
+                PyObject *res = core_file_locked(c, now + delay, args[1], args + 2, nargs - 2,
+                                                 context);
+                if (res != Py_NotImplemented) {
+                    return res;
+                }
+                Py_DECREF(res);
+                goto slow;
+            }
+        }
         if (c->near_call_later == NULL) {
             /* asyncio's call_later is call_at(self.time() + delay): here, without its Python
              * frame and without coming back through call_at (through them the near lane ran
              * slower than asyncio's own; fast only outside debug mode, so there is no source
-             * traceback to trim as asyncio's call_later does). */
-            if (core_now(c, &now) < 0) {
+             * traceback to trim as asyncio's call_later does). `now` is read above when
+             * the delay is positive. */
+            if (!(delay > 0) && core_now(c, &now) < 0) {
                 return NULL;
             }
             PyObject *when = PyFloat_FromDouble(now + delay + (delay > 0 ? c->near_pad : 0.0));

@@ -11,6 +11,7 @@ import logging
 import math
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Coroutine
 from fractions import Fraction
@@ -154,6 +155,54 @@ def test_far_deadlines_go_to_the_wheel_near_ones_to_the_loop(base: Base) -> None
         assert isinstance(at, aiowheel.TimerHandle)
         assert isinstance(loop.call_later(5, lambda: None), aiowheel.TimerHandle)  # int delay
         assert len(timer) == (4 if padded else 3)
+
+    run(base, main)
+
+
+def test_a_near_timer_joins_the_wheel_when_a_wheel_timer_is_due_by_its_tick(base: Base) -> None:
+    # The heap runs a timer at its deadline, the wheel at its tick: a near timer on asyncio's
+    # heap ran before a wheel timer of the same deadline. Two nested asyncio.timeout_at of one
+    # deadline, the inner entered 5 ms before it, were split in 22 of 40 rounds: the inner
+    # expired alone and the outer never did (stock asyncio: 0).
+    async def nested() -> tuple[bool, bool, bool]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 0.05
+        cancelled = False
+        try:
+            async with asyncio.timeout_at(deadline) as outer:
+                await asyncio.sleep(0.045)
+                try:
+                    async with asyncio.timeout_at(deadline) as inner:
+                        await asyncio.sleep(10)
+                except asyncio.CancelledError:
+                    cancelled = True
+                    raise
+        except TimeoutError:
+            pass
+        return cancelled, outer.expired(), inner.expired()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(20):
+            assert await nested() == (True, True, True)
+        # Where they go: a near deadline the wheel has a timer due by goes there; one before
+        # every wheel timer's tick stays on the base's heap (asyncio's: exact), as before.
+        for _ in range(10):  # until the blocked loop lands 2-10 ms before the wheel timer
+            first = loop.call_later(0.05, lambda: None)
+            time.sleep(0.045)  # noqa: ASYNC251 - the loop is late on purpose
+            ahead = first.when() - loop.time()
+            joined = loop.call_at(first.when(), lambda: None)
+            before = loop.call_at(loop.time() + ahead / 4, lambda: None)
+            if 0.002 < ahead < DEFAULT_THRESHOLD:
+                break
+            for handle in (first, joined, before):
+                handle.cancel()
+        assert 0.002 < ahead < DEFAULT_THRESHOLD
+        assert isinstance(first, aiowheel.TimerHandle)
+        assert isinstance(joined, aiowheel.TimerHandle)
+        assert isinstance(before, aiowheel.TimerHandle) == (base is not None)
+        for handle in (first, joined, before):
+            handle.cancel()
 
     run(base, main)
 
