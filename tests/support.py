@@ -14,6 +14,7 @@ on, so a base loop that installs here is tested and measured without a name list
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import selectors
 import socket
@@ -94,6 +95,24 @@ def run_python(
         cwd=ROOT,
         env={**os.environ, **env},
     )
+
+
+def json_from_build(no_extensions: bool, script: str, *args: str, timeout: float = 120) -> Any:
+    """Run ``python -c script *args`` on one build (the pure one if ``no_extensions``) and
+    return what it prints, read as JSON."""
+    env = dict(os.environ)
+    env.pop("AIOWHEEL_NO_EXTENSIONS", None)
+    if no_extensions:
+        env["AIOWHEEL_NO_EXTENSIONS"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
+    return json.loads(done.stdout)
 
 
 def collect_errors(loop: asyncio.AbstractEventLoop) -> list[dict[str, Any]]:

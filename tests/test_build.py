@@ -9,14 +9,13 @@ from __future__ import annotations
 import importlib.machinery
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 import aiowheel
 from aiowheel._build import COMPILED_MODULES
-from tests.support import ROOT
+from tests.support import ROOT, json_from_build
 
 # Each entry is evaluated in a fresh interpreter under both builds; the outcome (exception type
 # and message, or the repr of the result) must be identical.
@@ -135,19 +134,9 @@ print(json.dumps({"compiled": COMPILED, "outcomes": out}))
 
 
 def _probe(no_extensions: bool) -> dict[str, object]:
-    env = dict(os.environ)
-    env.pop("AIOWHEEL_NO_EXTENSIONS", None)
-    if no_extensions:
-        env["AIOWHEEL_NO_EXTENSIONS"] = "1"
-    done = subprocess.run(
-        [sys.executable, "-c", _PROBE_SCRIPT, json.dumps(BAD_INPUT_PROBES)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
+    result: dict[str, object] = json_from_build(
+        no_extensions, _PROBE_SCRIPT, json.dumps(BAD_INPUT_PROBES)
     )
-    result: dict[str, object] = json.loads(done.stdout)
     return result
 
 
@@ -266,19 +255,9 @@ print(json.dumps([main(seed) for seed in json.loads(sys.argv[1])]))
 
 
 def _random_run(no_extensions: bool, seeds: list[int]) -> list[dict[str, object]]:
-    env = dict(os.environ)
-    env.pop("AIOWHEEL_NO_EXTENSIONS", None)
-    if no_extensions:
-        env["AIOWHEEL_NO_EXTENSIONS"] = "1"
-    done = subprocess.run(
-        [sys.executable, "-c", _RANDOM_SCRIPT, json.dumps(seeds), str(ROOT)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
+    result: list[dict[str, object]] = json_from_build(
+        no_extensions, _RANDOM_SCRIPT, json.dumps(seeds), str(ROOT), timeout=300
     )
-    result: list[dict[str, object]] = json.loads(done.stdout)
     return result
 
 

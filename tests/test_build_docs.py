@@ -7,15 +7,13 @@ mypyc writes no docstrings into the C it generates; setup.py adds them from the 
 
 from __future__ import annotations
 
-import json
 import os
 import pydoc
-import subprocess
-import sys
 
 import pytest
 
 import aiowheel
+from tests.support import json_from_build
 
 # Prints {name: [kind, inspect.getdoc()]} for every public name of aiowheel.__all__ that is a
 # class or a function, and every public method, property and attribute of those classes that an
@@ -52,19 +50,7 @@ print(json.dumps(out))
 
 
 def _docs(no_extensions: bool) -> dict[str, object]:
-    env = dict(os.environ)
-    env.pop("AIOWHEEL_NO_EXTENSIONS", None)
-    if no_extensions:
-        env["AIOWHEEL_NO_EXTENSIONS"] = "1"
-    done = subprocess.run(
-        [sys.executable, "-c", _DOCS_SCRIPT],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    result: dict[str, object] = json.loads(done.stdout)
+    result: dict[str, object] = json_from_build(no_extensions, _DOCS_SCRIPT)
     return result
 
 
