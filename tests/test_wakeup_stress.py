@@ -110,7 +110,11 @@ def stress(base: Base, loops: int = LOOPS, bound: float = 50.0) -> dict[str, Any
             try:
                 if index % 2 == 0 or not handles:
                     handle = loop.call_later(0.001 * (calls[0] % 40), _no_op)  # near, far
-                    if isinstance(handle, aiowheel.TimerHandle):  # see test_threads.py
+                    # Only the wheel's handles are cancelled from here: a near timer filed
+                    # while the loop was not running is the base's own handle, and uvloop's
+                    # cancel() from another thread crashes in libuv (uv_timer_stop), as it
+                    # does without aiowheel (the guarantees page, Threads).
+                    if isinstance(handle, aiowheel.TimerHandle):
                         handles.append(handle)
                     del handles[:-50]
                 else:
