@@ -381,12 +381,13 @@ def test_never_early_near_the_loops_heap_either(base: Base) -> None:
     # every base.
     import random
 
-    async def main() -> tuple[list[float], int]:
+    async def main() -> tuple[list[float], int, int]:
         loop = asyncio.get_running_loop()
         rng = random.Random(5)
         lateness: list[float] = []
         done = loop.create_future()
         count = 4000
+        taken = 0  # the handles the wheel returned
 
         def fire(when: float) -> None:
             lateness.append(loop.time() - when)
@@ -401,17 +402,29 @@ def test_never_early_near_the_loops_heap_either(base: Base) -> None:
                 delay = rng.uniform(0.0, 0.9 * DEFAULT_THRESHOLD)
                 when = loop.time() + delay
                 handle = loop.call_later(delay, fire, when)
-            # on asyncio's own heap; on the wheel where the heap is padded
-            assert isinstance(handle, aiowheel.TimerHandle) == padded
+            on_wheel = isinstance(handle, aiowheel.TimerHandle)
+            taken += on_wheel
+            # On asyncio's own heap; on the wheel where the heap is padded, if the deadline was
+            # still ahead at the call (it was if it still is after it). A call_at deadline a
+            # microsecond ahead may have passed when the call read the clock (uvloop's ticks
+            # whole milliseconds: a CI run saw it): due, it goes to the base as given.
+            if loop.time() < when:
+                assert on_wheel == padded
+            else:
+                assert not on_wheel or padded
             if i % 50 == 0:
                 await asyncio.sleep(0)
         await asyncio.wait_for(done, 30)
-        return lateness, wheel().stats().fired
+        return lateness, wheel().stats().fired, taken
 
     padded = base is not None
-    lateness, on_wheel = run(base, main)
+    lateness, on_wheel, taken = run(base, main)
     assert len(lateness) == 4000
-    assert on_wheel == (4000 if padded else 0)
+    assert on_wheel == taken
+    if padded:  # all but the few whose deadline passed during the call
+        assert taken > 3900
+    else:
+        assert taken == 0
     assert min(lateness) >= 0  # by the loop's own clock
     # ... and the price is bounded. What the base heap is given (the delay plus the pad, once)
     # is checked exactly by test_a_near_deadline_is_padded_once; here only a gross regression
