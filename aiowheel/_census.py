@@ -37,7 +37,7 @@ from types import CodeType
 from typing import Any, Final, NamedTuple
 
 from ._observe import asyncio_timeout_task, classify, lag_bounds, origin_key
-from ._reaper import Reaper
+from ._scheduled import is_wake_up
 from ._view import track_loop, views_of
 
 __all__ = [
@@ -166,12 +166,14 @@ def _base_heap(loop: asyncio.AbstractEventLoop) -> list[tuple[object, float, Any
     if not isinstance(scheduled, list):
         return []
     found: list[tuple[object, float, Any, Any, Any]] = []
-    for handle in scheduled:
+    # The heap itself: on loop mode _scheduled shows its readers the wheel's timers too
+    # (aiowheel._scheduled), which the views walk.
+    for handle in list.__iter__(scheduled):
         if not isinstance(handle, asyncio.TimerHandle) or handle.cancelled():
             continue
+        if is_wake_up(handle):
+            continue
         callback = getattr(handle, "_callback", None)
-        if isinstance(getattr(callback, "__self__", None), Reaper):
-            continue  # a wheel's wake-up
         traceback = getattr(handle, "_source_traceback", None)
         args = getattr(handle, "_args", None)
         found.append((handle, handle.when(), callback, args, traceback))

@@ -32,6 +32,8 @@
  *   _native/handle.c  the TimerHandle type                                  (_handles.py)
  *   _native/router.c  filing, and loop mode's call_at / call_later        (_loopcalls.py)
  *   _native/due.c     advance to now, run a due batch      (Driver._advance, run_batch)
+ *   _native/scheduled.c  loop._scheduled's list type, the base's heap and its readers' view
+ *                                                                       (_scheduled.py)
  *   _native/module.c  the Core's life cycle and methods, DONE, setup(), the module
  *
  * This file is the extension's one source: it includes the parts in that order, so they are
@@ -71,4 +73,5 @@
 #include "_native/handle.c"
 #include "_native/router.c"
 #include "_native/due.c"
+#include "_native/scheduled.c"
 #include "_native/module.c"

@@ -80,6 +80,14 @@ DONE: Awaitable[None]
 loop_setattr: Any
 
 def watch_time(callback: Callable[[Any], object], /) -> None: ...
+def watch_scheduled(
+    base_globals: tuple[dict[str, Any], ...], replaced: Callable[[Any], object], /
+) -> None: ...
+
+class ScheduledHeap(list[Any]):
+    """A list that is the base loop's timer heap to the base loop's own code, and every
+    pending timer to its other readers (see aiowheel._scheduled)."""
+
 def setup(
     callback_repr: Callable[[Callable[..., object]], str],
     empty_context: contextvars.Context,

@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import site
 import sys
+import sysconfig
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -36,9 +38,28 @@ _MACHINERY: Final = (
 )
 
 
+# Installed libraries: a helper there that files a timer for its caller (Home Assistant's
+# async_call_later, a client library's retry) is not where the timer comes from.
+_SITES: Final = (
+    *site.getsitepackages(),
+    site.getusersitepackages(),
+    *sysconfig.get_paths().values(),
+)
+_LIBRARIES: Final = tuple(
+    {
+        os.path.abspath(path) + os.sep
+        for path in _SITES
+        if path.endswith(("site-packages", "dist-packages"))
+    }
+)
+
+
 def filed_at() -> str:
     """Where the timer being filed now was filed from: ``file:line in function`` of the
-    nearest frame outside aiowheel and asyncio (origin tracking; see
+    nearest frame of the program's own code: outside aiowheel and asyncio, and outside the
+    installed libraries if any frame is (a library's helper that files a timer for its
+    caller, such as Home Assistant's ``async_call_later``, names the caller's line); else the
+    nearest outside aiowheel and asyncio (origin tracking; see
     :func:`aiowheel.track_origins`). The compiled build's functions have no frames, so the
     walk starts at the nearest Python one either way."""
     frame: FrameType | None = sys._getframe(1)
@@ -46,8 +67,13 @@ def filed_at() -> str:
         frame = frame.f_back
     if frame is None:
         return "<unknown>"
-    code = frame.f_code
-    return f"{code.co_filename}:{frame.f_lineno} in {code.co_qualname}"
+    found = frame
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+        frame = frame.f_back
+    if frame is not None and not frame.f_code.co_filename.startswith(_MACHINERY):
+        found = frame
+    code = found.f_code
+    return f"{code.co_filename}:{found.f_lineno} in {code.co_qualname}"
 
 
 class DueCallback:

@@ -137,11 +137,19 @@ class TimerHandle(asyncio.TimerHandle):
         return handle_repr(self)
 
     def _run(self) -> None:
-        """Run the callback now, in its context, reporting an exception like the loop does."""
-        if self._call is None:
-            return  # cancelled after it was dispatched
-        self._call = None
-        self._scheduled = False
+        """Run the callback now, in its context, reporting an exception like the loop does.
+
+        Called by the wheel's batch once the timer is due, and, as on asyncio's handles, by
+        code that runs a handle itself (Home Assistant's ``async_fire_time_changed``): a
+        pending handle then stays pending, for ``cancel()`` to cancel or its deadline to run
+        again, and one that already ran runs again. A cancelled one does nothing."""
+        call = self._call
+        if call is None:
+            if self._cancelled:
+                return  # cancelled, before or after it came due
+        elif call._prev is None:  # handed over to run: the wheel's batch
+            self._call = None
+            self._scheduled = False
         callback = self._callback
         args = self._args
         context = self._context

@@ -84,7 +84,7 @@ from decimal import Decimal
 from math import inf, nan
 from typing import Any, Final, TypeVar
 
-from . import _census, _dispatch, _store, _validate, _virtual
+from . import _census, _dispatch, _scheduled, _store, _validate, _virtual
 from ._clock import STATE_ATTRIBUTE, Clock
 from ._loopcalls import LoopCalls
 from ._timer import Timer
@@ -233,6 +233,8 @@ class _LoopMode:
         super().__setattr__(name, value)
         if name == "time":
             _time_replaced(self)
+        elif name == "_scheduled" and type(value) is list:
+            _scheduled.replaced(self)  # asyncio's rebuild of its heap (aiowheel._scheduled)
 
     def __delattr__(self, name: str) -> None:
         super().__delattr__(name)
@@ -347,6 +349,7 @@ def _install(loop: Any, config: LoopConfig) -> None:
         calls.call_later,
     )
     loop.call_at, loop.call_later = front or (calls.call_at, calls.call_later)
+    _scheduled.install(loop)  # loop._scheduled shows its readers the wheel's timers too
 
 
 def _time_replaced(loop: Any) -> None:

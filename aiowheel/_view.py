@@ -49,6 +49,17 @@ class View:
             out.append((shown, pending._when, kind, what, task, driver.origin_of(pending)))
         return out
 
+    def handles(self) -> list[asyncio.TimerHandle]:
+        """The pending timers that are ``asyncio.TimerHandle``s (``loop.call_at`` /
+        ``call_later`` in loop mode, and a Timer's): what ``loop._scheduled`` shows readers
+        (aiowheel._scheduled)."""
+        out: list[asyncio.TimerHandle] = []
+        for pending in self._driver.pending_timers():
+            shown: object = pending._handle if isinstance(pending, _Call) else pending
+            if isinstance(shown, asyncio.TimerHandle):
+                out.append(shown)
+        return out
+
     def tally(self, counts: dict[tuple[str, object], int]) -> None:
         """Count the pending timers into ``counts`` by (kind, :func:`origin_key`), without a
         snapshot of each (aiowheel.timer_census)."""

@@ -577,8 +577,10 @@ class _Loops:
     Covered, under ``--aiowheel-every-loop``: ``asyncio.new_event_loop`` (the function
     ``asyncio.run``, ``asyncio.Runner``, anyio's ``run`` and its blocking portals call when
     they are given no loop factory, looked up in ``asyncio.events`` at each call) makes a
-    loop-mode loop of the plugin's base. Nothing else changes: the event loop policy is never
-    asked or set (3.14 deprecates it), and the Runner sets its loop as the current one as it
+    loop-mode loop of the plugin's base, and so does the default event loop policy's class
+    (its ``_loop_factory``: a suite's own policy derived from it, such as Home Assistant's,
+    makes loop-mode loops too). Nothing else changes: the event loop policy is never asked
+    or set (3.14 deprecates it), and the Runner sets its loop as the current one as it
     does without the plugin. A loop a suite makes itself (its own loop factory, a loop class
     called directly) is left alone and counted as "stock".
     """
@@ -639,6 +641,15 @@ class _Loops:
         every_loop.__doc__ = new_event_loop.__doc__
         every_loop.__name__ = every_loop.__qualname__ = "new_event_loop"
         self._replace(events, "new_event_loop", new_event_loop, every_loop)
+        # A suite that installs an event loop policy of its own (Home Assistant's test plugin
+        # sets HassEventLoopPolicy, a subclass of the default one, and disables setting
+        # another) gets its loops from the default policy's class attribute: that too.
+        import asyncio.unix_events as unix_events
+
+        policy = getattr(unix_events, "_UnixDefaultEventLoopPolicy", None)
+        if policy is not None and "_loop_factory" in vars(policy):
+            self._undo.append((policy, "_loop_factory", vars(policy)["_loop_factory"]))
+            policy._loop_factory = staticmethod(every_loop)
 
     def restore(self) -> None:
         """Put asyncio's functions back."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import random
 import sys
 import time
@@ -182,6 +183,36 @@ def test_origin_tracking_names_the_line_and_the_task(base: Base) -> None:
     assert found[3].origin == "cb"  # tracking off again
 
 
+def test_a_timer_filed_by_an_installed_librarys_helper_is_named_by_its_callers_line(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Home Assistant's async_call_later (in site-packages) files the loop timer for a test:
+    # the lingering report names the test's line, not the helper's.
+    library = tmp_path / "site-packages"
+    library.mkdir()
+    (library / "helperlib.py").write_text(
+        "import asyncio\n"
+        "def call_later(delay, action):\n"
+        "    return asyncio.get_running_loop().call_later(delay, action)\n"
+    )
+    monkeypatch.syspath_prepend(str(library))
+    import aiowheel._debug
+
+    monkeypatch.setattr(aiowheel._debug, "_LIBRARIES", (str(library) + os.sep,))
+    import helperlib  # type: ignore[import-not-found]
+
+    async def main() -> str:
+        handle = helperlib.call_later(5, cb)
+        line = sys._getframe().f_lineno - 1
+        origin = aiowheel.pending_timers()[0].origin
+        handle.cancel()
+        where = "test_a_timer_filed_by_an_installed_librarys_helper_is_named_by_its_callers_line"
+        assert origin == f"{__file__}:{line} in {where}.<locals>.main"
+        return origin
+
+    assert on_loop_mode(main(), None, debug=True).startswith(f"{__file__}:")
+
+
 def test_debug_mode_tracks_origins() -> None:
     async def main() -> str:
         asyncio.get_running_loop().call_later(5, cb)
@@ -218,15 +249,17 @@ def home_assistant_lingering(loop: asyncio.AbstractEventLoop) -> list[Any]:
     return [handle for handle in loop._scheduled if not handle.cancelled()]  # type: ignore[attr-defined]
 
 
-def test_home_assistants_check_never_reports_the_wheels_wake_up() -> None:
+def test_home_assistants_check_reports_the_users_timers_never_the_wheels_wake_up() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        handle = loop.call_later(5, cb)  # a wheel timer: its wake-up is on loop._scheduled
+        handle = loop.call_later(5, cb)  # a wheel timer: its wake-up is on the heap
         assert len(loop._scheduled) == 1  # type: ignore[attr-defined]
-        assert home_assistant_lingering(loop) == []  # not reported in the user's place
+        assert home_assistant_lingering(loop) == [handle]  # the timer, as stock reports it
+        # the heap itself holds the wake-up (its first item, to code that indexes it)
         assert "aiowheel wheel wake-up" in repr(loop._scheduled[0])  # type: ignore[attr-defined]
         handle.cancel()
-        assert home_assistant_lingering(loop) == []  # nor after the last timer is cancelled
+        assert home_assistant_lingering(loop) == []  # nothing after the last timer is cancelled
+        assert len(loop._scheduled) == 0  # type: ignore[attr-defined]
         near = loop.call_later(0.002, cb)  # on the heap itself: the user's, reported
         assert home_assistant_lingering(loop) == [near]
         near.cancel()

@@ -65,7 +65,7 @@ def wake_up_state(loop: Any) -> dict[str, Any]:
             record["handle_when"] = when() if callable(when) else None
         scheduled = getattr(loop, "_scheduled", None)
         if isinstance(scheduled, list):
-            heap = list(scheduled)
+            heap = list(list.__iter__(scheduled))  # the heap itself (aiowheel._scheduled)
             record["heap"] = len(heap)
             record["in_heap"] = handle is not None and any(item is handle for item in heap)
             record["heap_ordered"] = all(

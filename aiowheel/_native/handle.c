@@ -290,25 +290,13 @@ done:
     return status;
 }
 
-/* TimerHandle._run: run the callback in its context; -1 only for what must leave the loop
- * (SystemExit, KeyboardInterrupt, or a failing exception handler). */
+/* Run a callback in its context (steals the three references; context NULL: scheduled from
+ * an empty context); -1 only for what must leave the loop (SystemExit, KeyboardInterrupt, or
+ * a failing exception handler). */
 static int
-handle_run(CoreState *st, HandleObject *h)
+handle_call(CoreState *st, HandleObject *h, PyObject *callback, PyObject *args,
+            PyObject *context)
 {
-    PyObject *callback = NULL, *args = NULL, *context = NULL;
-    Py_BEGIN_CRITICAL_SECTION(h->core); /* against a cancel() from another thread */
-    if (h->tick == DISPATCHED) { /* else cancelled after it was dispatched */
-        h->tick = RAN;
-        if (h->callback != NULL && h->args != NULL) {
-            callback = Py_NewRef(h->callback);
-            args = Py_NewRef(h->args);
-            context = Py_XNewRef(h->context); /* NULL: scheduled from an empty context */
-        }
-    }
-    Py_END_CRITICAL_SECTION();
-    if (callback == NULL) {
-        return 0;
-    }
     if (context == NULL || context == st->empty_context) {
         Py_XSETREF(context, PyContext_New()); /* a fresh one per run: nothing leaks between runs */
         if (context == NULL) {
@@ -342,11 +330,55 @@ handle_run(CoreState *st, HandleObject *h)
     return status;
 }
 
+/* The batch's run of a due handle: it ran, then its callback (nothing if it was cancelled
+ * after it was dispatched). */
+static int
+handle_run(CoreState *st, HandleObject *h)
+{
+    PyObject *callback = NULL, *args = NULL, *context = NULL;
+    Py_BEGIN_CRITICAL_SECTION(h->core); /* against a cancel() from another thread */
+    if (h->tick == DISPATCHED) { /* else cancelled after it was dispatched */
+        h->tick = RAN;
+        if (h->callback != NULL && h->args != NULL) {
+            callback = Py_NewRef(h->callback);
+            args = Py_NewRef(h->args);
+            context = Py_XNewRef(h->context);
+        }
+    }
+    Py_END_CRITICAL_SECTION();
+    return callback == NULL ? 0 : handle_call(st, h, callback, args, context);
+}
+
+/* TimerHandle._run() called by code, as on asyncio's handles (Home Assistant's
+ * async_fire_time_changed runs the handles due by a time itself, then cancels them): a
+ * dispatched handle runs as the batch runs it; a pending one runs now and stays pending (for
+ * cancel() to cancel, or to run again at its deadline), and one that ran runs again, as
+ * asyncio's _run() does; a cancelled one does nothing. Mirrors _handles.TimerHandle._run. */
 static PyObject *
 handle_run_method(HandleObject *h, PyObject *Py_UNUSED(ignored))
 {
     CoreState *st = handle_state(h);
-    if (st == NULL || handle_run(st, h) < 0) {
+    if (st == NULL) {
+        return NULL;
+    }
+    PyObject *callback = NULL, *args = NULL, *context = NULL;
+    int dispatched = 0;
+    Py_BEGIN_CRITICAL_SECTION(h->core);
+    if (h->link.prev != NULL || h->tick == RAN) {
+        if (h->callback != NULL && h->args != NULL) {
+            callback = Py_NewRef(h->callback);
+            args = Py_NewRef(h->args);
+            context = Py_XNewRef(h->context);
+        }
+    }
+    else {
+        dispatched = h->tick == DISPATCHED;
+    }
+    Py_END_CRITICAL_SECTION();
+    int status = dispatched ? handle_run(st, h)
+                 : callback == NULL ? 0
+                                    : handle_call(st, h, callback, args, context);
+    if (status < 0) {
         return NULL;
     }
     Py_RETURN_NONE;

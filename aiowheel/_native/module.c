@@ -488,6 +488,7 @@ static PyMethodDef module_methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
     {"freelist_size", (PyCFunction)freelist_size, METH_NOARGS, NULL},
     {"watch_time", (PyCFunction)watch_time, METH_O, NULL},
+    {"watch_scheduled", (PyCFunction)(void (*)(void))watch_scheduled, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -551,7 +552,7 @@ core_exec(PyObject *m)
         return -1;
     }
     st->core_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &core_spec, NULL);
-    if (st->core_type == NULL || PyType_Ready(&DoneType) < 0) {
+    if (st->core_type == NULL || PyType_Ready(&DoneType) < 0 || scheduled_ready(m) < 0) {
         return -1;
     }
     st->str_context = PyUnicode_InternFromString("context");

@@ -426,7 +426,8 @@ core_route(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
  * sets, and asyncio sets one on every cancel of a handle on its heap (_timer_cancelled_count),
  * which made loop mode's near timers slower than asyncio's own. This is the same method in C: a
  * method descriptor (so the class's slot calls it with the instance, without a frame) doing
- * object.__setattr__ and calling the watcher for ``time`` only. Used where the base loop's own
+ * object.__setattr__ and calling the watchers of ``time`` and of a plain list set as
+ * ``_scheduled`` only. Used where the base loop's own
  * __setattr__ is object's (asyncio, uvloop, rloop and zuvloop's). */
 
 /* aiowheel._loop._time_replaced, set by watch_time() at aiowheel._loop's import. A process-wide
@@ -434,6 +435,9 @@ core_route(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
  * instance, the name and the value, and none of the three leads to this module without a
  * lookup on every attribute a loop sets. Written once at import, read after. */
 static PyObject *g_time_replaced = NULL;
+/* aiowheel._scheduled.replaced, set by watch_scheduled() (scheduled.c): a plain list set as
+ * ``_scheduled`` (asyncio's rebuild of its heap) is made the loop's heap type again. */
+static PyObject *g_scheduled_replaced = NULL;
 
 static PyObject *
 loop_setattr(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -449,6 +453,10 @@ loop_setattr(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (g_time_replaced != NULL && PyUnicode_Check(name) &&
         PyUnicode_CompareWithASCIIString(name, "time") == 0) {
         return PyObject_CallOneArg(g_time_replaced, self);
+    }
+    if (g_scheduled_replaced != NULL && PyList_CheckExact(args[1]) && PyUnicode_Check(name) &&
+        PyUnicode_CompareWithASCIIString(name, "_scheduled") == 0) {
+        return PyObject_CallOneArg(g_scheduled_replaced, self);
     }
     Py_RETURN_NONE;
 }

@@ -1,0 +1,87 @@
+"""Home Assistant's test helpers on loop mode, with the real pytest-homeassistant-custom-component
+(issue 49).
+
+``home_assistant/`` is a custom integration in Home Assistant's style (a coordinator polling
+every 30 s, a 5 s debounce, a 60 s heartbeat marked ``cancel_on_shutdown``, a ``Debouncer``)
+with its tests as HA's developers write them: time moved by ``async_fire_time_changed`` and the
+``freezer``, leftover timers caught by ``verify_cleanup``, ``hass.async_stop``. They run three
+times, each pytest started from its command line: stock (HA's own loops), and under
+``-p aiowheel.pytest --aiowheel-every-loop`` (every loop HA's event loop policy makes is a
+loop-mode loop) in the compiled and in the pure-Python build. The outcomes must be stock's: every
+test passes, and the one that leaks its timers is failed by ``verify_cleanup``. (Before issue 49,
+loop mode failed 9 of 10 and let the leak pass.)
+
+Home Assistant needs Python 3.13+ and pins its own pytest and pytest-asyncio, so it lives in a
+venv of its own, named by ``AIOWHEEL_HA_PYTHON`` (``.ci/run`` builds it: ``pip install -e .
+pytest-homeassistant-custom-component``). Deselected by default (``-m home_assistant`` runs it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).parent / "home_assistant"
+
+pytestmark = pytest.mark.home_assistant
+
+EXPECTED = {
+    "test_the_coordinator_polls_every_30_seconds": ["PASSED"],
+    "test_a_failed_poll_makes_the_data_unavailable": ["PASSED"],
+    "test_the_save_waits_five_seconds": ["PASSED"],
+    "test_the_heartbeat_beats_every_minute": ["PASSED"],
+    "test_the_freezer_moves_the_clock": ["PASSED"],
+    "test_the_debouncer_calls_once_after_its_cooldown": ["PASSED"],
+    "test_a_timer_run_early_by_the_helper_is_not_run_again": ["PASSED"],
+    "test_every_timer_is_seen_where_the_helpers_look": ["PASSED"],
+    "test_shutdown_cancels_the_timers_marked_for_it": ["PASSED"],
+    "test_leaky": ["PASSED", "ERROR"],  # its teardown: verify_cleanup's lingering timer
+}
+
+
+def ha_python() -> str:
+    python = os.environ.get("AIOWHEEL_HA_PYTHON", "")
+    assert python and Path(python).exists(), (
+        "set AIOWHEEL_HA_PYTHON to a Python 3.13+ with Home Assistant's test plugin and "
+        "aiowheel: python3.13 -m venv .venv-ha && .venv-ha/bin/pip install -e . "
+        "pytest-homeassistant-custom-component (as .ci/run does)"
+    )
+    return python
+
+
+def outcomes(tmp_path: Path, *options: str, pure: bool = False) -> tuple[dict[str, list[str]], str]:
+    project = tmp_path / ("pure" if pure else "compiled") / "_".join(options or ("stock",))
+    shutil.copytree(PROJECT, project)
+    env = dict(os.environ)
+    env.pop("PYTEST_ADDOPTS", None)
+    if pure:
+        env["AIOWHEEL_NO_EXTENSIONS"] = "1"
+        env.pop("AIOWHEEL_EXPECT_COMPILED", None)
+    else:  # the compiled build, or the run fails (no silent fallback to pure Python)
+        env.pop("AIOWHEEL_NO_EXTENSIONS", None)
+        env["AIOWHEEL_EXPECT_COMPILED"] = "1"
+    command = [ha_python(), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *options]
+    done = subprocess.run(
+        [*command, "ha_tests.py"], cwd=project, env=env, capture_output=True, text=True, timeout=300
+    )
+    found: dict[str, list[str]] = {}
+    for outcome, name in re.findall(
+        r"^(PASSED|FAILED|ERROR) ha_tests\.py::(\w+)", done.stdout, re.M
+    ):
+        found.setdefault(name, []).append(outcome)
+    return found, done.stdout
+
+
+def test_home_assistants_helpers_see_the_same_timers_on_loop_mode_as_stock(tmp_path: Path) -> None:
+    stock, out = outcomes(tmp_path)
+    assert stock == EXPECTED, out[-3000:]
+    for pure in (False, True):
+        wheel, out = outcomes(tmp_path, "-p", "aiowheel.pytest", "--aiowheel-every-loop", pure=pure)
+        assert "10 tests on loop mode" in out, out[-3000:]
+        assert wheel == EXPECTED, out[-3000:]
+        assert "Lingering timer after test" in out  # verify_cleanup's words, for the leak
