@@ -1,4 +1,5 @@
-"""pytest-homeassistant-custom-component's fixtures (hass, verify_cleanup, freezer ...)."""
+"""pytest-homeassistant-custom-component's fixtures (hass, verify_cleanup, freezer ...): the
+project's conftest.py, as tests/integration/test_home_assistant.py copies it."""
 
 import pytest
 
