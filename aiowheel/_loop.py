@@ -354,9 +354,21 @@ def _install(loop: Any, config: LoopConfig) -> None:
 
 def _time_replaced(loop: Any) -> None:
     """``loop.time`` was set or deleted on the instance: follow it once the loop is set up."""
-    state = loop.__dict__.get(STATE_ATTRIBUTE)
+    # getattr, never loop.__dict__: asking for an instance's __dict__ makes CPython keep its
+    # attributes in a real dict from then on, and the base loop's every self._... read slows
+    # down (Home Assistant sets loop.time on each loop it makes; see aiowheel._scheduled).
+    state = getattr(loop, STATE_ATTRIBUTE, None)
     if state is not None and state.timer is not None:
         _follow_time(loop, state)
+
+
+def _replaced_time(loop: Any) -> Any:
+    """The ``time`` set on the instance, or None: ``loop.time`` is the class's method bound
+    to the loop (without reading the instance's ``__dict__``: see :func:`_time_replaced`)."""
+    time_ = loop.time
+    own = getattr(type(loop), "time", None)
+    bound = own.__get__(loop, type(loop)) if hasattr(own, "__get__") else own
+    return None if time_ == bound else time_
 
 
 def _follow_time(loop: Any, state: LoopState) -> None:
@@ -364,7 +376,7 @@ def _follow_time(loop: Any, state: LoopState) -> None:
     the base heap read the clock ``loop.time`` now is, and the wake-up goes where that clock
     is kept (a fake clock: the base heap, as on asyncio; the virtual one: the clock)."""
     heap = state.heap
-    fake = loop.__dict__.get("time")
+    fake = _replaced_time(loop)
     clock: Clock
     if fake is not None:
         clock = _ReplacedTime(fake, heap)
