@@ -366,7 +366,7 @@ def _replaced_time(loop: Any) -> Any:
     """The ``time`` set on the instance, or None: ``loop.time`` is the class's method bound
     to the loop (without reading the instance's ``__dict__``: see :func:`_time_replaced`)."""
     time_ = loop.time
-    own = getattr(type(loop), "time", None)
+    own: Any = getattr(type(loop), "time", None)
     bound = own.__get__(loop, type(loop)) if hasattr(own, "__get__") else own
     return None if time_ == bound else time_
 
