@@ -66,7 +66,8 @@ channel re-checks its own waits of ``key`` when the message arrives. The choices
   first wait or watch there), the subscriber starts on that loop, and a loop that only
   signals starts only a publisher. Both are tasks of their loop, cancelled with it (as
   ``asyncio.run`` cancels what is left), closing their connections as they end.
-  ``await signals.aclose()`` publishes what is queued (for up to a second), stops this
+  ``await signals.aclose()`` publishes what is queued (for up to a second, unless Redis is
+  down), stops this
   loop's tasks and closes their connections; it is final. An unreachable server at start is
   an outage like any other: counted, logged, retried with backoff (50 ms doubling to 2 s,
   jittered).
@@ -148,6 +149,7 @@ class _Link:
         "batch",
         "connected",
         "drained",
+        "failing",
         "flushing",
         "loop",
         "outbox",
@@ -169,6 +171,7 @@ class _Link:
         self.publisher: asyncio.Task[None] | None = None
         self.subscriber: asyncio.Task[None] | None = None
         self.connected = False
+        self.failing = False  # the publisher cannot publish now
 
     def tasks(self) -> list[asyncio.Task[None]]:
         return [task for task in (self.publisher, self.subscriber) if task is not None]
@@ -296,9 +299,14 @@ class RedisSignals(Signals):
         signals are local only."""
         if self._closed:
             return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(1.0):
-                await self.flush()
+        link = self._links.get(asyncio.get_running_loop())
+        if link is not None:
+            if link.batch:
+                self._flush(link)
+            deadline = link.loop.time() + 1.0
+            # Until published, or a second, or a failed publish (Redis down: nothing to wait for).
+            while link.outbox and not link.failing and link.loop.time() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
         self._closed = True
         running = asyncio.get_running_loop()
         links, self._links = self._links, {}
@@ -427,6 +435,7 @@ class RedisSignals(Signals):
                     raise
                 except BaseException as exc:
                     self._counts["publish_errors"] += 1
+                    link.failing = True
                     if not failing:
                         failing = True
                         _log.warning("aiowheel.redis: cannot publish on %r: %r", self._channel, exc)
@@ -439,6 +448,7 @@ class RedisSignals(Signals):
                     link.outbox.popleft()
                     link.pending -= count
                 self._counts["published"] += 1
+                link.failing = False
                 if failing:
                     failing = False
                     delay = _BACKOFF_MIN
