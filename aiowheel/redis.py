@@ -155,6 +155,7 @@ class _Link:
         "outbox",
         "pending",
         "publisher",
+        "subscribed",
         "subscriber",
         "wake",
     )
@@ -171,6 +172,7 @@ class _Link:
         self.publisher: asyncio.Task[None] | None = None
         self.subscriber: asyncio.Task[None] | None = None
         self.connected = False
+        self.subscribed = asyncio.Event()  # set while connected
         self.failing = False  # the publisher cannot publish now
 
     def tasks(self) -> list[asyncio.Task[None]]:
@@ -281,6 +283,23 @@ class RedisSignals(Signals):
         if purgatory is None:
             raise RuntimeError("RedisSignals.send(): not given to a Purgatory(signals=...) yet")
         return self._signal(purgatory, key, data)
+
+    async def start(self) -> None:
+        """Listen in the running loop now, not at the purgatory's first wait there, and return
+        once subscribed (while Redis is down, that waits for it: bound it with
+        ``asyncio.timeout``). A server's worker calls it at start-up, so that the data of
+        :meth:`send` reaches it before any request waits."""
+        purgatory = self._purgatory
+        if purgatory is None:
+            raise RuntimeError("RedisSignals.start(): not given to a Purgatory(signals=...) yet")
+        if self._closed:
+            raise RuntimeError("RedisSignals.start(): closed")
+        loop = asyncio.get_running_loop()
+        if purgatory._loop is not loop:
+            purgatory._bind("start", loop)  # attaches (or refuses: it serves another loop)
+        else:
+            self._attach(purgatory, loop)  # a subscriber that ended (aclose) is not restarted
+        await self._link(loop).subscribed.wait()
 
     async def flush(self) -> None:
         """Wait until what this loop signalled has been published (while Redis is down, that
@@ -480,6 +499,7 @@ class RedisSignals(Signals):
                             self._receive(purgatory, link, message.get("data"))
                         elif kind == "subscribe":
                             link.connected = True
+                            link.subscribed.set()
                             self._counts["subscribes"] += 1
                             if failing:
                                 failing = False
@@ -491,7 +511,6 @@ class RedisSignals(Signals):
                 except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
                 except BaseException as exc:
-                    link.connected = False
                     self._counts["connect_errors"] += 1
                     if not failing:
                         failing = True
@@ -502,6 +521,7 @@ class RedisSignals(Signals):
                         )
                 finally:
                     link.connected = False
+                    link.subscribed.clear()
                     if pubsub is not None:
                         with contextlib.suppress(Exception):
                             await pubsub.aclose()
