@@ -123,7 +123,7 @@ class RedisSignalsStats:
     received: int
     """Messages from other processes received and applied."""
     echoes: int
-    """This process's own messages heard back (ignored: it re-checked locally)."""
+    """This process's own messages heard back, ignored (it re-checked locally)."""
     foreign: int
     """Messages on the channel not of this format or version (ignored)."""
     dropped: int
