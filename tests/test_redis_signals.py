@@ -12,6 +12,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -383,4 +384,46 @@ def test_a_module_level_purgatory_listens_in_each_loop_and_leaves_no_connection(
         asyncio.run(closing())
         assert [c for c in raw.client_list() if c.get("cmd") != "client|list"] == []
     finally:
+        raw.close()
+
+
+def test_a_subscriber_that_falls_behind_is_cut_off_by_redis_and_rechecks(
+    server: RedisServer,
+) -> None:
+    # The subscriber's loop is busy while a flood arrives: what it has not read waits in
+    # Redis's output buffer for it, not in this process. Past the buffer's limit (64 kB here,
+    # 32 MB by default) Redis closes the connection; the subscriber reconnects and re-checks
+    # every live key, so a wait whose state changed meanwhile completes.
+    import redis
+
+    raw = redis.Redis.from_url(server.url)
+    raw.config_set("client-output-buffer-limit", "pubsub 64kb 32kb 1")
+    state: dict[str, bool] = {}
+    flood = 1_000
+
+    def publish_flood() -> None:
+        with raw.pipeline(transaction=False) as pipe:
+            for _ in range(flood):
+                pipe.publish("behind", b"x" * 16_384)  # 16 MB in all, foreign to aiowheel
+            pipe.execute()
+
+    async def main() -> None:
+        signals = _signals(server.url, "behind")
+        purgatory = aiowheel.Purgatory(signals=signals)
+        waiting = purgatory.wait(["late"], lambda: state.get("late"), 10)
+        await _until(lambda: signals.stats().connected)
+        flooding = threading.Thread(target=publish_flood)
+        flooding.start()
+        flooding.join(10)  # the loop is blocked: the subscriber reads nothing meanwhile
+        state["late"] = True  # changed meanwhile; no signal for it
+        assert await waiting is True
+        stats = signals.stats()
+        assert stats.connect_errors >= 1 and stats.subscribes >= 2, stats
+        assert stats.foreign < flood  # Redis dropped what it could not hand over
+        await signals.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        raw.config_set("client-output-buffer-limit", "pubsub 32mb 8mb 60")
         raw.close()
