@@ -79,6 +79,7 @@ import asyncio
 import base64
 import collections
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -87,6 +88,7 @@ import uuid
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from ._purgatory import Purgatory
 from ._signals import Signals
@@ -208,8 +210,14 @@ class RedisSignals(Signals):
             raise TypeError(f"RedisSignals(): url must be a str, got {type(url).__name__}")
         try:
             aioredis.ConnectionPool.from_url(url)  # parses only: connects nothing
+            parts = urlsplit(url)
+            database = parts.path.lstrip("/")
+            if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
+                raise ValueError(f"the database must be a number, got {database!r}")
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"RedisSignals(): malformed Redis URL {url!r}: {exc}") from None
+            raise ValueError(
+                f"RedisSignals(): malformed Redis URL {_redacted(url)!r}: {exc}"
+            ) from None
         if not isinstance(channel, str) or not channel:
             raise ValueError(f"RedisSignals(): channel must be a non-empty str, got {channel!r}")
         if on_data is not None and not callable(on_data):
@@ -362,7 +370,10 @@ class RedisSignals(Signals):
                     other.loop.call_soon_threadsafe(task.cancel)
         link = self._link(loop)
         if link.subscriber is None or link.subscriber.done():
-            link.subscriber = loop.create_task(self._subscribe(purgatory, link))
+            # A context of its own: not the one of the request whose wait started it.
+            link.subscriber = loop.create_task(
+                self._subscribe(purgatory, link), context=contextvars.Context()
+            )
 
     def _signal(self, purgatory: Any, key: Hashable, data: Any) -> int:
         item = _item(key, data)
@@ -420,7 +431,9 @@ class RedisSignals(Signals):
             link.pending -= count
             self._counts["dropped"] += count
         if link.publisher is None or link.publisher.done():
-            link.publisher = link.loop.create_task(self._publish(link))
+            link.publisher = link.loop.create_task(
+                self._publish(link), context=contextvars.Context()
+            )
         link.wake.set()
 
     def _client(self, **options: Any) -> aioredis.Redis:
@@ -569,6 +582,18 @@ class RedisSignals(Signals):
             if here:
                 self._counts["rechecks"] += 1
                 purgatory._recheck(key)
+
+
+def _redacted(url: str) -> str:
+    """``url`` with its password, if any, as ``***`` (error messages and logs)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return parts._replace(netloc=netloc).geturl()
+    except ValueError:
+        return "<unparsable URL>"
 
 
 def _item(key: object, data: object) -> list[Any]:
