@@ -41,9 +41,7 @@ def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, dict[str, An
 
 
 @contextmanager
-def served(
-    command: list[str], port: int, **env: str
-) -> Iterator[subprocess.Popen[str]]:
+def served(command: list[str], port: int, **env: str) -> Iterator[subprocess.Popen[str]]:
     """Run ``command`` until it answers on ``port``; SIGTERM it at the end, and check how it
     stopped."""
     executable = BIN / command[0]
@@ -288,14 +286,28 @@ async def _polls_across_workers(port: int, workers: int, polls: int) -> None:
     assert len(pids) >= 2 and pids - {published["pid"]}, (pids, published)
 
 
+LONG_POLL_SERVERS = [
+    pytest.param(
+        ["gunicorn", "examples.longpoll:make_app()", "--workers", "4",
+         "-k", "aiowheel.gunicorn.AiohttpWorker", "--graceful-timeout", "5"],
+        id="gunicorn-aiohttp",
+    ),
+    pytest.param(
+        ["uvicorn", "examples.longpoll_asgi:app", "--workers", "4"], id="uvicorn-asgi"
+    ),
+]  # fmt: skip
+
+
 @pytest.mark.once  # servers from their command lines: the same on every interpreter and build
-def test_the_long_poll_answers_on_every_gunicorn_worker_through_redis() -> None:
+@pytest.mark.parametrize("command", LONG_POLL_SERVERS)
+def test_the_long_poll_answers_on_every_worker_through_redis(command: list[str]) -> None:
     redis_server = RedisServer(need_redis())
     redis_server.start()
     port = free_port()
-    command = ["gunicorn", "examples.longpoll:make_app()", "--bind", f"127.0.0.1:{port}",
-               "--workers", "4", "-k", "aiowheel.gunicorn.AiohttpWorker",
-               "--graceful-timeout", "5"]  # fmt: skip
+    if command[0] == "gunicorn":
+        command = [*command, "--bind", f"127.0.0.1:{port}"]
+    else:
+        command = [*command, "--host", "127.0.0.1", "--port", str(port)]
     try:
         with served(command, port, REDIS_URL=redis_server.url):
             asyncio.run(_polls_across_workers(port, 4, 40))
