@@ -70,7 +70,9 @@ channel re-checks its own waits of ``key`` when the message arrives. The choices
   down), stops this
   loop's tasks and closes their connections; it is final. An unreachable server at start is
   an outage like any other: counted, logged, retried with backoff (50 ms doubling to 2 s,
-  jittered).
+  jittered). A subscriber that hears nothing for 30 s sends a PING, and reconnects if 30 s
+  more bring no answer: a connection that died without a word (a server paused, a network
+  partition) is noticed within a minute, and the re-check follows.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ _BATCH: Final = 512  # keys per message at most
 _BACKOFF_MIN: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
 _CONNECT_TIMEOUT: Final = 5.0
+_IDLE: Final = 30.0  # a subscriber that hears nothing for this long PINGs, and gives up after two
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +200,8 @@ class RedisSignals(Signals):
     >>> purgatory.signal("order-17")      # here at once, in every other worker soon
     0
     """
+
+    _idle = _IDLE  # seconds (the tests shorten it)
 
     def __init__(
         self,
@@ -503,10 +508,16 @@ class RedisSignals(Signals):
                     client = self._client()
                     pubsub = client.pubsub()
                     await pubsub.subscribe(self._channel)
+                    pinged = False
                     while True:
-                        message = await pubsub.get_message(timeout=None)
-                        if message is None:
+                        message = await pubsub.get_message(timeout=self._idle)
+                        if message is None:  # quiet: is the server still there?
+                            if pinged:
+                                raise ConnectionError(f"no answer to PING in {self._idle:g} s")
+                            pinged = True
+                            await pubsub.ping()
                             continue
+                        pinged = False
                         kind = message.get("type")
                         if kind == "message":
                             self._receive(purgatory, link, message.get("data"))

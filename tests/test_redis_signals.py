@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import subprocess
 import sys
 import threading
@@ -431,3 +432,38 @@ def test_a_subscriber_that_falls_behind_is_cut_off_by_redis_and_rechecks(
     finally:
         raw.config_set("client-output-buffer-limit", "pubsub 32mb 8mb 60")
         raw.close()
+
+
+def test_a_server_that_stops_answering_is_noticed_by_ping_and_rechecked() -> None:
+    # A connection that dies without a word (the server paused: SIGSTOP, as a partition
+    # would): a quiet subscriber PINGs, gives up on no answer, reconnects once the server
+    # answers again, and re-checks. While all is well, the PINGs are answered: no reconnect.
+    server = RedisServer(need_redis())
+    server.start()
+    state: dict[str, bool] = {}
+    try:
+
+        async def main() -> None:
+            signals = _signals(server.url, "paused")
+            signals._idle = 0.1
+            purgatory = aiowheel.Purgatory(signals=signals)
+            waiting = purgatory.wait(["paused"], lambda: state.get("paused"), 10)
+            await _until(lambda: signals.stats().connected)
+            await asyncio.sleep(0.35)  # quiet: PINGs, answered
+            assert signals.stats().connect_errors == 0 and signals.stats().subscribes == 1
+            assert server.process is not None
+            server.process.send_signal(signal.SIGSTOP)
+            try:
+                await _until(lambda: not signals.stats().connected)
+                state["paused"] = True  # changed meanwhile; its signal would be lost
+                await asyncio.sleep(0.1)
+            finally:
+                server.process.send_signal(signal.SIGCONT)
+            assert await waiting is True
+            stats = signals.stats()
+            assert stats.connect_errors >= 1 and stats.subscribes >= 2, stats
+            await signals.aclose()
+
+        asyncio.run(main())
+    finally:
+        server.kill()
