@@ -157,6 +157,7 @@ class _Link:
         "failing",
         "flushing",
         "loop",
+        "lost",
         "outbox",
         "pending",
         "publisher",
@@ -179,6 +180,7 @@ class _Link:
         self.connected = False
         self.subscribed = asyncio.Event()  # set while connected
         self.failing = False  # the publisher cannot publish now
+        self.lost = False  # the subscriber lost its connection and has not subscribed again
 
     def tasks(self) -> list[asyncio.Task[None]]:
         return [task for task in (self.publisher, self.subscriber) if task is not None]
@@ -496,48 +498,26 @@ class RedisSignals(Signals):
     # -- subscribing ---------------------------------------------------------------------------
 
     async def _subscribe(self, purgatory: Any, link: _Link) -> None:
-        """The loop's subscriber: connect, subscribe, re-check every live key, then re-check
-        the keys that messages name; reconnect with backoff on any failure."""
+        """The loop's subscriber: connect, subscribe and listen (:meth:`_listen`); on any
+        failure, count it, log it once per outage, and reconnect after a backoff (from the
+        shortest again once a connection was subscribed)."""
         delay = _BACKOFF_MIN
-        failing = False
         try:
             while True:
                 client: aioredis.Redis | None = None
                 pubsub: Any = None
+                subscribes = self._counts["subscribes"]
                 try:
                     client = self._client()
                     pubsub = client.pubsub()
                     await pubsub.subscribe(self._channel)
-                    pinged = False
-                    while True:
-                        message = await pubsub.get_message(timeout=self._idle)
-                        if message is None:  # quiet: is the server still there?
-                            if pinged:
-                                raise ConnectionError(f"no answer to PING in {self._idle:g} s")
-                            pinged = True
-                            await pubsub.ping()
-                            continue
-                        pinged = False
-                        kind = message.get("type")
-                        if kind == "message":
-                            self._receive(purgatory, link, message.get("data"))
-                        elif kind == "subscribe":
-                            link.connected = True
-                            link.subscribed.set()
-                            self._counts["subscribes"] += 1
-                            if failing:
-                                failing = False
-                                delay = _BACKOFF_MIN
-                                _log.warning(
-                                    "aiowheel.redis: subscribed to %r again", self._channel
-                                )
-                            self._recheck_all(purgatory, link)
+                    await self._listen(purgatory, link, pubsub)
                 except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
                 except BaseException as exc:
                     self._counts["connect_errors"] += 1
-                    if not failing:
-                        failing = True
+                    if not link.lost:
+                        link.lost = True
                         _log.warning(
                             "aiowheel.redis: subscriber of %r lost its connection: %r (retrying)",
                             self._channel,
@@ -550,10 +530,38 @@ class RedisSignals(Signals):
                         with contextlib.suppress(Exception):
                             await pubsub.aclose()
                     await _closed(client)
+                if self._counts["subscribes"] != subscribes:
+                    delay = _BACKOFF_MIN
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))
                 delay = min(delay * 2, _BACKOFF_MAX)
         finally:
             link.connected = False
+
+    async def _listen(self, purgatory: Any, link: _Link, pubsub: Any) -> None:
+        """Read the channel until the connection fails: on the subscription's confirmation
+        (each connect) re-check every live key; on a message, its keys. A quiet connection is
+        PINGed, and given up (ConnectionError) if a second quiet spell brings no answer."""
+        pinged = False
+        while True:
+            message = await pubsub.get_message(timeout=self._idle)
+            if message is None:  # quiet: is the server still there?
+                if pinged:
+                    raise ConnectionError(f"no answer to PING in {self._idle:g} s")
+                pinged = True
+                await pubsub.ping()
+                continue
+            pinged = False
+            kind = message.get("type")
+            if kind == "message":
+                self._receive(purgatory, link, message.get("data"))
+            elif kind == "subscribe":
+                link.connected = True
+                link.subscribed.set()
+                self._counts["subscribes"] += 1
+                if link.lost:
+                    link.lost = False
+                    _log.warning("aiowheel.redis: subscribed to %r again", self._channel)
+                self._recheck_all(purgatory, link)
 
     def _recheck_all(self, purgatory: Any, link: _Link) -> None:
         """On (re)connect: what was published while not subscribed is lost, so every key with
