@@ -66,11 +66,12 @@ channel re-checks its own waits of ``key`` when the message arrives. The choices
   first wait or watch there), the subscriber starts on that loop, and a loop that only
   signals starts only a publisher. Both are tasks of their loop, cancelled with it (as
   ``asyncio.run`` cancels what is left), closing their connections as they end.
-  ``await signals.aclose()`` publishes what is queued (for up to a second, unless Redis is
-  down), stops this
-  loop's tasks and closes their connections; it is final. An unreachable server at start is
-  an outage like any other: counted, logged, retried with backoff (50 ms doubling to 2 s,
-  jittered). A subscriber that hears nothing for 30 s sends a PING, and reconnects if 30 s
+  A loop that ends right after signalling may end before its last signals are published
+  (``asyncio.run`` waits for no other task): end it with ``await signals.flush()`` or
+  ``await signals.aclose()``, which publishes what is queued (for up to a second, unless
+  Redis is down), stops this loop's tasks and closes their connections; it is final. An
+  unreachable server at start is an outage like any other: counted, logged, retried with
+  backoff (50 ms doubling to 2 s, jittered). A subscriber that hears nothing for 30 s sends a PING, and reconnects if 30 s
   more bring no answer: a connection that died without a word (a server paused, a network
   partition) is noticed within a minute, and the re-check follows.
 """

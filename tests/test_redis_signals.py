@@ -357,7 +357,8 @@ def test_a_module_level_purgatory_listens_in_each_loop_and_leaves_no_connection(
     raw = redis.Redis.from_url(server.url)
     signals = _signals(server.url, "loops")
     purgatory = aiowheel.Purgatory(signals=signals)
-    sender = aiowheel.Purgatory(signals=_signals(server.url, "loops"))
+    sending = _signals(server.url, "loops")
+    sender = aiowheel.Purgatory(signals=sending)
     state: dict[str, int] = {"k": 0}
 
     async def one_run(round_: int) -> None:
@@ -379,7 +380,7 @@ def test_a_module_level_purgatory_listens_in_each_loop_and_leaves_no_connection(
             sender.wait(["x"], lambda: True, 1)
             await _until(lambda: signals.stats().connected)
             await signals.aclose()
-            await sender._signals.aclose()
+            await sending.aclose()
             left = [t for t in asyncio.all_tasks() if "RedisSignals" in repr(t.get_coro())]
             assert left == []
             assert not signals.stats().connected
