@@ -112,6 +112,7 @@ from ._build import mypyc_attr
 from ._default import get_timer
 from ._handles import Handle
 from ._observe import classify
+from ._signals import Signals
 from ._timer import Timer
 from ._validate import Seconds, Unchecked
 
@@ -183,7 +184,8 @@ class Purgatory:
     the next once that one is closed or has no live operation (so one made at module level
     serves each ``asyncio.run`` and each test in turn); with ``timer`` given, the timer's
     loop only. Deadlines are filed on ``timer`` (default: the loop's default Timer,
-    :func:`aiowheel.get_timer`, which on a loop-mode loop is the loop's own wheel).
+    :func:`aiowheel.get_timer`, which on a loop-mode loop is the loop's own wheel). With
+    ``signals`` (:class:`aiowheel.redis.RedisSignals`), signals reach other processes too.
 
     >>> purgatory = aiowheel.Purgatory()
     >>> messages: dict[str, list[str]] = {}
@@ -204,16 +206,21 @@ class Purgatory:
         "_live",
         "_loop",
         "_peak",
+        "_signals",
         "_tid",
         "_timer",
         "_watchers",
     )
 
-    def __init__(self, timer: Timer | Unchecked | None = None) -> None:
+    def __init__(
+        self, timer: Timer | Unchecked | None = None, *, signals: Signals | Unchecked | None = None
+    ) -> None:
         if timer is not None and not isinstance(timer, Timer):
             raise TypeError(
                 f"Purgatory(): timer must be an aiowheel.Timer or None, got {type(timer).__name__}"
             )
+        # A wrong type is refused, and signals that serve another purgatory already.
+        self._signals: Signals | None = None if signals is None else _adopt(self, signals)
         self._timer: Timer | None = timer
         self._given = timer is not None  # its timer (and so its loop) was given: it never moves
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -370,7 +377,9 @@ class Purgatory:
 
     def signal(self, key: Hashable) -> int:
         """Re-check the operations watched under ``key``, and only those; complete the ones
-        whose condition now holds. Returns how many completed.
+        whose condition now holds. Returns how many completed (here: with ``signals``, the
+        key is also sent to every other process's purgatory on the channel, which re-checks
+        its own operations of ``key``; see :mod:`aiowheel.redis`).
 
         Call it in the loop's thread: from a callback, a task, or another thread through
         ``loop.call_soon_threadsafe(purgatory.signal, key)``. Operations watched under
@@ -381,6 +390,14 @@ class Purgatory:
         >>> purgatory.signal("news")
         1
         """
+        signals = self._signals
+        if signals is None:
+            return self._recheck(key)
+        return signals._signal(self, key, None)
+
+    def _recheck(self, key: Hashable) -> int:
+        """The local part of :meth:`signal` (all of it without ``signals``; a message from
+        another process comes here)."""
         try:
             ops = self._watchers.get(key)
         except TypeError:
@@ -462,6 +479,8 @@ class Purgatory:
         self._timer = timer
         self._loop = running
         self._tid = _get_ident()
+        if self._signals is not None:
+            self._signals._attach(self, running)  # listen for other processes' signals here
         return running
 
     def _on_loop_thread(self) -> bool:
@@ -602,6 +621,17 @@ class Purgatory:
                 "operation": op,
             }
         )
+
+
+def _adopt(purgatory: Purgatory, signals: object) -> Signals:
+    """Check ``signals`` (Purgatory's parameter), hand it ``purgatory``, and return it."""
+    if not isinstance(signals, Signals):
+        raise TypeError(
+            "Purgatory(): signals must be an aiowheel.redis.RedisSignals or None, got "
+            f"{type(signals).__name__}"
+        )
+    signals._adopt(purgatory)
+    return signals
 
 
 def _keys(method: str, keys: object) -> tuple[Hashable, ...]:

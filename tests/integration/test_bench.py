@@ -320,3 +320,25 @@ def test_the_cancels_check_finds_every_cancel_held_on_the_bases_installed_here(
         assert len(loops) == 4, name
         for label, counts in loops.items():
             assert counts == {"timers": 0, "call_soon": 0}, (name, label, counts)
+
+
+def test_the_redis_signals_bench_loses_nothing_and_tabulates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 51's workload on small sizes, against a real redis-server it starts itself:
+    # every operation of every worker woken once by its signal from this process.
+    from bench import redis_signals
+    from tests.support import need_redis
+
+    need_redis()
+    out_file = tmp_path / "redis.json"
+    argv = ["--quick", "--ops", "400", "--keys", "40", "--burst", "5000", "--json", str(out_file)]
+    assert redis_signals.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "latency send() -> completion in another process" in out
+    result = json.loads(out_file.read_text())
+    assert result["woken"] == 2 * 400 and result["lost"] == 0 and result["twice"] == 0
+    assert result["expired"] == 0 and result["errors"] == []
+    assert result["publish"]["dropped"] == 0 and result["publish"]["burst_per_s"] > 0
+    assert 0 < result["latency_ms"]["p50"] <= result["latency_ms"]["p99"]
+    assert 0.9 <= result["bytes_per_op"]["ratio"] <= 1.1  # signals cost nothing per wait

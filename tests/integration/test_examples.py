@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -232,9 +233,13 @@ async def test_the_long_poll_waits_for_a_publish_of_its_topic_and_only_that() ->
                 await asyncio.sleep(0.005)  # both polls parked; sport's ran out
             assert (await sport).status == 204
             async with client.post(f"{url}/publish?topic=news", data="hello") as response:
-                assert await response.json() == {"woken": 1}
+                assert await response.json() == {"woken": 1, "pid": os.getpid()}
             async with await news as response:
-                assert await response.json() == {"messages": ["hello"], "next": 1}
+                assert await response.json() == {
+                    "messages": ["hello"],
+                    "next": 1,
+                    "pid": os.getpid(),
+                }
             async with client.get(f"{url}/poll?topic=news") as response:  # at once: after=0
                 assert (await response.json())["messages"] == ["hello"]
             async with client.get(f"{url}/stats") as response:

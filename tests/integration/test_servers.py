@@ -13,6 +13,7 @@ installed fails its test with the pip command to run, rather than being skipped.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
@@ -28,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import ROOT, free_port
+from tests.support import ROOT, RedisServer, free_port, need_redis
 
 BIN = Path(sys.executable).parent
 
@@ -40,9 +41,7 @@ def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, dict[str, An
 
 
 @contextmanager
-def served(
-    command: list[str], port: int, **env: str
-) -> Iterator[subprocess.Popen[str]]:
+def served(command: list[str], port: int, **env: str) -> Iterator[subprocess.Popen[str]]:
     """Run ``command`` until it answers on ``port``; SIGTERM it at the end, and check how it
     stopped."""
     executable = BIN / command[0]
@@ -250,3 +249,67 @@ def test_the_fastapi_example_on_loop_mode() -> None:
         seen, code = asyncio.run(websocket())
         assert seen[:2] == [{"type": "heartbeat"}] * 2  # every 0.2 s, then closed at 0.6 s
         assert code == 4000
+
+
+async def _polls_across_workers(port: int, workers: int, polls: int) -> None:
+    """Until every worker says it is subscribed; then ``polls`` long polls, one publish, and
+    every poll answered with the message, by more than one worker."""
+    import aiohttp
+
+    url = f"http://127.0.0.1:{port}"
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)  # a connection per request
+    async with aiohttp.ClientSession(connector=connector) as client:
+        subscribed: set[int] = set()
+        deadline = time.monotonic() + 30
+        while len(subscribed) < workers:
+            assert time.monotonic() < deadline, f"subscribed workers: {subscribed}"
+            async with client.get(f"{url}/stats") as response:
+                stats = await response.json()
+            if stats["redis"]["connected"]:
+                subscribed.add(stats["pid"])
+
+        async def poll() -> tuple[int, dict[str, Any]]:
+            async with client.get(f"{url}/poll?topic=news&wait=20") as response:
+                return response.status, await response.json()
+
+        tasks = [asyncio.ensure_future(poll()) for _ in range(polls)]
+        await asyncio.sleep(0.5)  # in flight: most are waiting in their workers by now
+        assert not any(task.done() for task in tasks)
+        async with client.post(f"{url}/publish?topic=news", data="hello") as response:
+            published = await response.json()
+        start = time.monotonic()
+        answers = await asyncio.gather(*tasks)
+        assert time.monotonic() - start < 5.0
+    assert all(status == 200 for status, _ in answers), answers
+    assert all(body["messages"] == ["hello"] for _, body in answers), answers
+    pids = {body["pid"] for _, body in answers}
+    assert len(pids) >= 2 and pids - {published["pid"]}, (pids, published)
+
+
+LONG_POLL_SERVERS = [
+    pytest.param(
+        ["gunicorn", "examples.longpoll:make_app()", "--workers", "4",
+         "-k", "aiowheel.gunicorn.AiohttpWorker", "--graceful-timeout", "5"],
+        id="gunicorn-aiohttp",
+    ),
+    pytest.param(
+        ["uvicorn", "examples.longpoll_asgi:app", "--workers", "4"], id="uvicorn-asgi"
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.once  # servers from their command lines: the same on every interpreter and build
+@pytest.mark.parametrize("command", LONG_POLL_SERVERS)
+def test_the_long_poll_answers_on_every_worker_through_redis(command: list[str]) -> None:
+    redis_server = RedisServer(need_redis())
+    redis_server.start()
+    port = free_port()
+    if command[0] == "gunicorn":
+        command = [*command, "--bind", f"127.0.0.1:{port}"]
+    else:
+        command = [*command, "--host", "127.0.0.1", "--port", str(port)]
+    try:
+        with served(command, port, REDIS_URL=redis_server.url):
+            asyncio.run(_polls_across_workers(port, 4, 40))
+    finally:
+        redis_server.kill()

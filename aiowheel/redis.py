@@ -1,0 +1,694 @@
+"""A Purgatory whose signals reach every worker: Redis pub/sub as the transport.
+
+``aiowheel.Purgatory`` re-checks the waits of a key in the process that signals it. Servers
+run as several processes (``gunicorn -w 4``, ``uvicorn --workers 4``, a fleet), and the event
+that answers a wait often arrives at another one. :class:`RedisSignals` carries the signals
+through a Redis (or Valkey) pub/sub channel, with redis-py's asyncio client
+(``pip install aiowheel[redis]``)::
+
+    signals = RedisSignals("redis://localhost:6379", channel="myapp")
+    purgatory = aiowheel.Purgatory(signals=signals)
+
+Then ``purgatory.signal(key)`` re-checks this process's waits of ``key`` at once (returning
+how many completed, as always) and publishes ``key``; every other process's purgatory on the
+channel re-checks its own waits of ``key`` when the message arrives. The choices, and why:
+
+- **A signal is a hint, the state is the truth.** Redis pub/sub is at-most-once: a message
+  published while a subscriber is disconnected is gone. So the checks read the state (a
+  database, a cache, the payloads below), a signal only says *when* to look, and on every
+  (re)connect of the subscriber each key with live waits here is re-checked. Whatever Redis
+  does, every wait completes or times out at its own deadline: the deadlines are on the
+  local wheel and never wait on Redis.
+- **signal() never blocks and never raises for Redis.** It appends the key to this loop's
+  batch; the keys signalled in one loop iteration go out as one message, published by one
+  task per loop in order (so the signals of one publishing loop arrive in the order it sent
+  them). A failed publish is retried after a backoff; failures are counted
+  (:meth:`RedisSignals.stats`) and logged once per outage (logger ``aiowheel.redis``, with
+  one line when it recovers). Its own errors are immediate and change nothing: a key that
+  cannot go on the wire raises TypeError naming it before any local re-check, and a signal
+  with no running loop in the thread raises RuntimeError (publishing needs the loop).
+- **Keys on the wire**: ``str``, ``bytes`` and ``int`` keys (and their subclasses, sent as
+  the plain value: an ``IntEnum`` arrives as its int; ``True`` as 1, the key it equals in a
+  dict anyway). Other keys raise TypeError: a tuple's or an object's identity does not
+  survive a trip to another process. Waits may still use such keys; they cannot be signalled
+  through a purgatory with signals.
+- **Payloads: data applied before the re-check.** A check reads state; when that state lives
+  in each process (the long-poll's messages), the signal must bring it.
+  ``RedisSignals(..., on_data=apply)`` and ``signals.send(key, data)`` (``str`` or
+  ``bytes``): ``apply(key, data)`` runs in the sending process at once and in every other
+  process when the message arrives, each time just before that process re-checks ``key``, so
+  the state every process's checks read is written by one function. An ``apply`` that
+  raises: in the sender, the error goes to the caller and nothing is published; in a
+  receiver, it goes to the loop's exception handler (counted) and the re-check still runs.
+  Not a separate message type: data and key travel in one message, so a receiver cannot
+  re-check before the data is there.
+- **Hearing only what matters.** One channel per application, subscribed once per process,
+  not one channel per key: a per-key SUBSCRIBE would cost a round trip on each first wait of
+  a key and would race with that wait's first check (a signal between the check and the
+  subscription's confirmation would be lost). A received key this process has no waits for
+  costs one dict lookup and is dropped (its data, if any, is still applied: it is state).
+  Applications that share a Redis use distinct channels (Redis pub/sub channels are global to
+  the server, whatever the database number in the URL).
+- **Messages say who wrote them.** JSON ``["aiowheel", 1, sender, items]``: a format tag and
+  version, a sender id (random, per RedisSignals and process: a worker forked from a
+  ``--preload`` master gets its own), and the items. A process ignores its own echoes (it
+  re-checked locally already); a message that is not this format, or of another version, is
+  ignored and counted as ``foreign``, never a crash.
+- **Bounded memory.** The messages waiting to be published are at most ``max_pending`` keys
+  per loop: past it the oldest message is dropped and its keys counted as ``dropped`` (the
+  waits they were for still end at their deadlines). A subscriber that falls behind reads
+  one message at a time; what it has not read waits in Redis's output buffer for the client,
+  which Redis bounds (``client-output-buffer-limit pubsub``, 32 MB by default) by closing
+  the connection: the subscriber reconnects and re-checks every key with live waits.
+- **Lazy connect, per loop.** Making a RedisSignals connects nothing (so it can be made at
+  module level, before the loop and before a server's workers fork); a malformed URL raises
+  ValueError at once. A purgatory serves one loop at a time: when it binds to a loop (its
+  first wait or watch there), the subscriber starts on that loop, and a loop that only
+  signals starts only a publisher. Both are tasks of their loop, cancelled with it (as
+  ``asyncio.run`` cancels what is left), closing their connections as they end.
+  A loop that ends right after signalling may end before its last signals are published
+  (``asyncio.run`` waits for no other task): end it with ``await signals.flush()`` or
+  ``await signals.aclose()``, which publishes what is queued (for up to a second, unless
+  Redis is down), stops this loop's tasks and closes their connections; it is final. An
+  unreachable server at start is an outage like any other: counted, logged, retried with
+  backoff (50 ms doubling to 2 s, jittered). A subscriber that hears nothing for 30 s sends
+  a PING, and reconnects if 30 s more bring no answer: a connection that died without a word
+  (a server paused, a network partition) is noticed within a minute, and the re-check
+  follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import contextlib
+import contextvars
+import json
+import logging
+import os
+import random
+import uuid
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from ._purgatory import Purgatory
+from ._signals import Signals
+
+try:
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
+    raise ImportError(
+        "aiowheel.redis needs redis-py (redis.asyncio): pip install aiowheel[redis]"
+    ) from exc
+
+__all__ = ["RedisSignals", "RedisSignalsStats"]
+
+_log: Final = logging.getLogger("aiowheel.redis")
+
+_TAG: Final = "aiowheel"
+_VERSION: Final = 1
+_BATCH: Final = 512  # keys per message at most
+_BACKOFF_MIN: Final = 0.05
+_BACKOFF_MAX: Final = 2.0
+_CONNECT_TIMEOUT: Final = 5.0
+_IDLE: Final = 30.0  # a subscriber that hears nothing for this long PINGs, and gives up after two
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSignalsStats:
+    """A snapshot of a :class:`RedisSignals`' counters (see :meth:`RedisSignals.stats`)."""
+
+    sent: int
+    """Keys signalled here and queued for publishing."""
+    published: int
+    """Messages published (each one loop iteration's keys, up to 512)."""
+    received: int
+    """Messages from other processes received and applied."""
+    echoes: int
+    """This process's own messages heard back, ignored (it re-checked locally)."""
+    foreign: int
+    """Messages on the channel not of this format or version (ignored)."""
+    dropped: int
+    """Keys dropped unpublished because ``max_pending`` were queued already."""
+    publish_errors: int
+    """Failed publish attempts (each retried after a backoff)."""
+    connect_errors: int
+    """Failures of the subscriber's connection (each followed by a reconnect)."""
+    subscribes: int
+    """Subscriptions confirmed (the first, then one per reconnect)."""
+    rechecks: int
+    """Keys re-checked because a message named them or because the subscriber (re)connected."""
+    data_errors: int
+    """Received data whose ``on_data`` raised (reported to the loop's exception handler)."""
+    connected: bool
+    """Whether a subscriber is subscribed now."""
+
+
+class _Link:
+    """What one loop runs for a RedisSignals: its batch, its publish queue, its tasks."""
+
+    __slots__ = (
+        "batch",
+        "connected",
+        "drained",
+        "failing",
+        "flushing",
+        "loop",
+        "lost",
+        "outbox",
+        "pending",
+        "publisher",
+        "subscribed",
+        "subscriber",
+        "wake",
+    )
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.batch: list[list[Any]] = []
+        self.flushing = False
+        self.outbox: collections.deque[tuple[bytes, int]] = collections.deque()
+        self.pending = 0
+        self.wake = asyncio.Event()
+        self.drained = asyncio.Event()
+        self.drained.set()
+        self.publisher: asyncio.Task[None] | None = None
+        self.subscriber: asyncio.Task[None] | None = None
+        self.connected = False
+        self.subscribed = asyncio.Event()  # set while connected
+        self.failing = False  # the publisher cannot publish now
+        self.lost = False  # the subscriber lost its connection and has not subscribed again
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return [task for task in (self.publisher, self.subscriber) if task is not None]
+
+
+class RedisSignals(Signals):
+    """Signals of a :class:`aiowheel.Purgatory` that reach every process subscribed to one
+    Redis pub/sub ``channel`` (give it as ``Purgatory(signals=...)``; one purgatory each).
+
+    ``url`` is a redis-py URL (``redis://host:port/db``, ``rediss://`` for TLS,
+    ``unix:///path``); nothing connects until a loop uses the purgatory (a malformed URL
+    raises ValueError here). ``on_data(key, data)``, if given, applies the data of
+    :meth:`send` in every process, this one included, before that process re-checks ``key``.
+    At most ``max_pending`` keys per loop wait to be published (the oldest are dropped past
+    it, counted). The design and its reasons: :mod:`aiowheel.redis`.
+
+    >>> signals = RedisSignals("redis://localhost:6379", channel="orders")
+    >>> purgatory = aiowheel.Purgatory(signals=signals)
+    >>> purgatory.signal("order-17")      # here at once, in every other worker soon
+    0
+    """
+
+    _idle = _IDLE  # seconds (the tests shorten it)
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        channel: str = "aiowheel",
+        on_data: Callable[[Any, str | bytes], object] | None = None,
+        max_pending: int = 10_000,
+    ) -> None:
+        if not isinstance(url, str):
+            raise TypeError(f"RedisSignals(): url must be a str, got {type(url).__name__}")
+        try:
+            aioredis.ConnectionPool.from_url(url)  # parses only: connects nothing
+            parts = urlsplit(url)
+            database = parts.path.lstrip("/")
+            if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
+                raise ValueError(f"the database must be a number, got {database!r}")
+        except (ValueError, TypeError) as exc:
+            raise ValueError(
+                f"RedisSignals(): malformed Redis URL {_redacted(url)!r}: {exc}"
+            ) from None
+        if not isinstance(channel, str) or not channel:
+            raise ValueError(f"RedisSignals(): channel must be a non-empty str, got {channel!r}")
+        if on_data is not None and not callable(on_data):
+            raise TypeError(
+                f"RedisSignals(): on_data must be callable or None, got {type(on_data).__name__}"
+            )
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(
+                f"RedisSignals(): max_pending must be an int >= 1, got {max_pending!r}"
+            )
+        self._url = url
+        self._channel = channel
+        self._on_data = on_data
+        self._max_pending = max_pending
+        self._purgatory: Purgatory | None = None
+        self._links: dict[asyncio.AbstractEventLoop, _Link] = {}
+        self._closed = False
+        self._pid = -1
+        self._id = ""
+        self._counts = dict.fromkeys(
+            (
+                "sent",
+                "published",
+                "received",
+                "echoes",
+                "foreign",
+                "dropped",
+                "publish_errors",
+                "connect_errors",
+                "subscribes",
+                "rechecks",
+                "data_errors",
+            ),
+            0,
+        )
+
+    @property
+    def channel(self) -> str:
+        """The pub/sub channel (the application's namespace on the server)."""
+        return self._channel
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<RedisSignals channel={self._channel!r} {state}>"
+
+    def stats(self) -> RedisSignalsStats:
+        """Counters: keys sent, messages published and received, echoes and foreign messages
+        ignored, keys dropped, publish and connection failures, re-checks."""
+        connected = any(link.connected for link in self._links.values())
+        return RedisSignalsStats(**self._counts, connected=connected)
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send(self, key: Hashable, data: str | bytes) -> int:
+        """Signal ``key`` with ``data``: ``on_data(key, data)`` runs here at once, then the
+        local waits of ``key`` are re-checked (their count is returned), and key and data go
+        to every other process, which applies the data and re-checks there.
+
+        ``data`` is a ``str`` or ``bytes`` (serialize anything else yourself). Bad input
+        (a key that cannot go on the wire, data of another type, no purgatory yet) raises
+        before anything happens.
+
+        >>> signals.send("news", json.dumps({"text": "hello"}))
+        1
+        """
+        if not isinstance(data, str | bytes):
+            raise TypeError(
+                f"RedisSignals.send(): data must be str or bytes, got {type(data).__name__}"
+            )
+        purgatory = self._purgatory
+        if purgatory is None:
+            raise RuntimeError("RedisSignals.send(): not given to a Purgatory(signals=...) yet")
+        return self._signal(purgatory, key, data)
+
+    async def start(self) -> None:
+        """Listen in the running loop now, not at the purgatory's first wait there, and return
+        once subscribed (while Redis is down, that waits for it: bound it with
+        ``asyncio.timeout``). A server's worker calls it at start-up, so that the data of
+        :meth:`send` reaches it before any request waits."""
+        purgatory = self._purgatory
+        if purgatory is None:
+            raise RuntimeError("RedisSignals.start(): not given to a Purgatory(signals=...) yet")
+        if self._closed:
+            raise RuntimeError("RedisSignals.start(): closed")
+        loop = asyncio.get_running_loop()
+        if purgatory._loop is not loop:
+            purgatory._bind("start", loop)  # attaches (or refuses: it serves another loop)
+        else:
+            self._attach(purgatory, loop)  # a subscriber that ended (aclose) is not restarted
+        await self._link(loop).subscribed.wait()
+
+    async def flush(self) -> None:
+        """Wait until what this loop signalled has been published (while Redis is down, that
+        waits for it: bound it with ``asyncio.timeout``)."""
+        link = self._links.get(asyncio.get_running_loop())
+        if link is None:
+            return
+        while link.batch or link.outbox:
+            if link.batch:
+                self._flush(link)
+            await link.drained.wait()
+
+    async def aclose(self) -> None:
+        """Publish what this loop queued (for up to a second), then stop this loop's tasks and
+        close their connections; other loops' tasks are cancelled in their loops. Final: later
+        signals are local only."""
+        if self._closed:
+            return
+        link = self._links.get(asyncio.get_running_loop())
+        if link is not None:
+            if link.batch:
+                self._flush(link)
+            deadline = link.loop.time() + 1.0
+            # Until published, or a second, or a failed publish (Redis down: nothing to wait for).
+            while link.outbox and not link.failing and link.loop.time() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+        self._closed = True
+        running = asyncio.get_running_loop()
+        links, self._links = self._links, {}
+        for link in links.values():
+            if link.loop is running:
+                tasks = link.tasks()
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            else:
+                _cancel_elsewhere(link)
+
+    # -- the purgatory's seam (aiowheel._signals) ----------------------------------------------
+
+    def _adopt(self, purgatory: Any) -> None:
+        if self._purgatory is not None:
+            raise ValueError(
+                "Purgatory(): these RedisSignals serve another Purgatory already (make one "
+                "RedisSignals per Purgatory)"
+            )
+        self._purgatory = purgatory
+
+    def _attach(self, purgatory: Any, loop: asyncio.AbstractEventLoop) -> None:
+        if self._closed:
+            return
+        for other in list(self._links.values()):
+            if other.loop is loop:
+                continue
+            if other.loop.is_closed():
+                del self._links[other.loop]
+            elif other.subscriber is not None:  # the purgatory moved: listen in one loop only
+                task, other.subscriber = other.subscriber, None
+                with contextlib.suppress(RuntimeError):
+                    other.loop.call_soon_threadsafe(task.cancel)
+        link = self._link(loop)
+        if link.subscriber is None or link.subscriber.done():
+            # A context of its own: not the one of the request whose wait started it.
+            link.subscriber = loop.create_task(
+                self._subscribe(purgatory, link), context=contextvars.Context()
+            )
+
+    def _signal(self, purgatory: Any, key: Hashable, data: Any) -> int:
+        item = _item(key, data)
+        loop = asyncio._get_running_loop()
+        if loop is None:
+            raise RuntimeError(
+                "Purgatory.signal(): with RedisSignals, signal in a running event loop (from "
+                "another thread: loop.call_soon_threadsafe(purgatory.signal, key))"
+            )
+        if data is not None and self._on_data is not None:
+            self._on_data(key, data)
+        completed: int = purgatory._recheck(key)
+        if not self._closed:
+            link = self._link(loop)
+            link.batch.append(item)
+            self._counts["sent"] += 1
+            if not link.flushing:
+                link.flushing = True
+                link.drained.clear()
+                loop.call_soon(self._flush, link)
+        return completed
+
+    # -- publishing ----------------------------------------------------------------------------
+
+    def _link(self, loop: asyncio.AbstractEventLoop) -> _Link:
+        link = self._links.get(loop)
+        if link is None:
+            for other in [other for other in self._links if other.is_closed()]:
+                del self._links[other]
+            link = self._links[loop] = _Link(loop)
+        return link
+
+    def _sender(self) -> str:
+        """This process's sender id (a forked worker makes its own)."""
+        pid = os.getpid()
+        if pid != self._pid:
+            self._pid = pid
+            self._id = uuid.uuid4().hex
+        return self._id
+
+    def _flush(self, link: _Link) -> None:
+        """The loop iteration's keys, as messages of up to _BATCH keys, to the publisher."""
+        link.flushing = False
+        items, link.batch = link.batch, []
+        if not items or self._closed:
+            return
+        sender = self._sender()
+        for start in range(0, len(items), _BATCH):
+            chunk = items[start : start + _BATCH]
+            message = json.dumps([_TAG, _VERSION, sender, chunk], separators=(",", ":"))
+            link.outbox.append((message.encode(), len(chunk)))
+            link.pending += len(chunk)
+        while link.pending > self._max_pending and len(link.outbox) > 1:
+            _, count = link.outbox.popleft()
+            link.pending -= count
+            self._counts["dropped"] += count
+        if link.publisher is None or link.publisher.done():
+            link.publisher = link.loop.create_task(
+                self._publish(link), context=contextvars.Context()
+            )
+        link.wake.set()
+
+    def _client(self, **options: Any) -> aioredis.Redis:
+        return aioredis.Redis.from_url(
+            self._url,
+            retry=Retry(NoBackoff(), 0),  # the reconnecting is ours: counted and backed off
+            socket_connect_timeout=_CONNECT_TIMEOUT,
+            socket_keepalive=True,
+            **options,
+        )
+
+    async def _publish(self, link: _Link) -> None:
+        """The loop's publisher: its messages in order, each retried until it goes out."""
+        client: aioredis.Redis | None = None
+        delay = _BACKOFF_MIN
+        failing = False
+        try:
+            while True:
+                if not link.outbox:
+                    if not link.batch:
+                        link.drained.set()
+                    link.wake.clear()
+                    await link.wake.wait()
+                    continue
+                message, count = link.outbox[0]
+                try:
+                    if client is None:
+                        client = self._client(socket_timeout=_CONNECT_TIMEOUT)
+                    await client.publish(self._channel, message)
+                except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:
+                    self._counts["publish_errors"] += 1
+                    link.failing = True
+                    if not failing:
+                        failing = True
+                        _log.warning("aiowheel.redis: cannot publish on %r: %r", self._channel, exc)
+                    await _closed(client)
+                    client = None
+                    await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                    delay = min(delay * 2, _BACKOFF_MAX)
+                    continue
+                if link.outbox and link.outbox[0][0] is message:
+                    link.outbox.popleft()
+                    link.pending -= count
+                self._counts["published"] += 1
+                link.failing = False
+                if failing:
+                    failing = False
+                    delay = _BACKOFF_MIN
+                    _log.warning("aiowheel.redis: publishing on %r again", self._channel)
+        finally:
+            await _closed(client)
+
+    # -- subscribing ---------------------------------------------------------------------------
+
+    async def _subscribe(self, purgatory: Any, link: _Link) -> None:
+        """The loop's subscriber: connect, subscribe and listen (:meth:`_listen`); on any
+        failure, count it, log it once per outage, and reconnect after a backoff (from the
+        shortest again once a connection was subscribed)."""
+        delay = _BACKOFF_MIN
+        try:
+            while True:
+                client: aioredis.Redis | None = None
+                pubsub: Any = None
+                subscribes = self._counts["subscribes"]
+                try:
+                    client = self._client()
+                    pubsub = client.pubsub()
+                    await pubsub.subscribe(self._channel)
+                    await self._listen(purgatory, link, pubsub)
+                except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:
+                    self._counts["connect_errors"] += 1
+                    if not link.lost:
+                        link.lost = True
+                        _log.warning(
+                            "aiowheel.redis: subscriber of %r lost its connection: %r (retrying)",
+                            self._channel,
+                            exc,
+                        )
+                finally:
+                    link.connected = False
+                    link.subscribed.clear()
+                    if pubsub is not None:
+                        with contextlib.suppress(Exception):
+                            await pubsub.aclose()
+                    await _closed(client)
+                if self._counts["subscribes"] != subscribes:
+                    delay = _BACKOFF_MIN
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                delay = min(delay * 2, _BACKOFF_MAX)
+        finally:
+            link.connected = False
+
+    async def _listen(self, purgatory: Any, link: _Link, pubsub: Any) -> None:
+        """Read the channel until the connection fails: on the subscription's confirmation
+        (each connect) re-check every live key; on a message, its keys. A quiet connection is
+        PINGed, and given up (ConnectionError) if a second quiet spell brings no answer."""
+        pinged = False
+        while True:
+            message = await pubsub.get_message(timeout=self._idle)
+            if message is None:  # quiet: is the server still there?
+                if pinged:
+                    raise ConnectionError(f"no answer to PING in {self._idle:g} s")
+                pinged = True
+                await pubsub.ping()
+                continue
+            pinged = False
+            kind = message.get("type")
+            if kind == "message":
+                self._receive(purgatory, link, message.get("data"))
+            elif kind == "subscribe":
+                link.connected = True
+                link.subscribed.set()
+                self._counts["subscribes"] += 1
+                if link.lost:
+                    link.lost = False
+                    _log.warning("aiowheel.redis: subscribed to %r again", self._channel)
+                self._recheck_all(purgatory, link)
+
+    def _recheck_all(self, purgatory: Any, link: _Link) -> None:
+        """On (re)connect: what was published while not subscribed is lost, so every key with
+        live waits here is re-checked."""
+        if purgatory._loop is not link.loop:
+            return
+        for key in list(purgatory._watchers):
+            self._counts["rechecks"] += 1
+            purgatory._recheck(key)
+
+    def _receive(self, purgatory: Any, link: _Link, payload: object) -> None:
+        """One message from the channel: decoded whole (or ignored, counted), then each item's
+        data applied and its key re-checked."""
+        decoded = _decode(payload)
+        if decoded is None:
+            self._counts["foreign"] += 1
+            return
+        sender, items = decoded
+        if sender == self._sender():
+            self._counts["echoes"] += 1
+            return
+        self._counts["received"] += 1
+        on_data = self._on_data
+        here = purgatory._loop is link.loop
+        for key, data in items:
+            if data is not None and on_data is not None:
+                try:
+                    on_data(key, data)
+                except Exception as exc:
+                    self._counts["data_errors"] += 1
+                    link.loop.call_exception_handler(
+                        {
+                            "message": f"Exception in RedisSignals on_data for key {key!r}",
+                            "exception": exc,
+                        }
+                    )
+            if here:
+                self._counts["rechecks"] += 1
+                purgatory._recheck(key)
+
+
+def _redacted(url: str) -> str:
+    """``url`` with its password, if any, as ``***`` (error messages and logs)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+        return parts._replace(netloc=netloc).geturl()
+    except ValueError:
+        return "<unparsable URL>"
+
+
+def _item(key: object, data: object) -> list[Any]:
+    """``[key]`` or ``[key, data]`` as they go on the wire, or TypeError naming the key."""
+    if isinstance(key, str):
+        wire: object = key if type(key) is str else str.__str__(key)
+    elif isinstance(key, int):
+        wire = key if type(key) is int else int.__int__(key)
+    elif isinstance(key, bytes):
+        wire = {"b": base64.b64encode(key).decode("ascii")}
+    else:
+        raise TypeError(
+            f"Purgatory.signal(): key {key!r} ({type(key).__name__}) cannot be sent to other "
+            "processes: with RedisSignals, signal str, bytes or int keys"
+        )
+    if data is None:
+        return [wire]
+    if isinstance(data, bytes):
+        return [wire, {"b": base64.b64encode(data).decode("ascii")}]
+    return [wire, str.__str__(data)]
+
+
+def _value(wire: object) -> str | bytes | int:
+    """A key or data off the wire (ValueError if it is not one of ours)."""
+    if isinstance(wire, str):
+        return wire
+    if isinstance(wire, int) and not isinstance(wire, bool):
+        return wire
+    if isinstance(wire, dict) and len(wire) == 1 and isinstance(wire.get("b"), str):
+        return base64.b64decode(wire["b"], validate=True)
+    raise ValueError("not a key")
+
+
+def _decode(payload: object) -> tuple[str, list[tuple[Any, Any]]] | None:
+    """(sender, [(key, data or None)]) of one of our messages, or None for anything else."""
+    try:
+        if not isinstance(payload, bytes | str):
+            return None
+        message = json.loads(payload)
+        if not (
+            isinstance(message, list)
+            and len(message) == 4
+            and message[0] == _TAG
+            and message[1] == _VERSION
+            and type(message[1]) is int
+            and isinstance(message[2], str)
+            and isinstance(message[3], list)
+        ):
+            return None
+        items: list[tuple[Any, Any]] = []
+        for item in message[3]:
+            if not isinstance(item, list) or len(item) not in (1, 2):
+                return None
+            key = _value(item[0])
+            data = _value(item[1]) if len(item) == 2 else None
+            if isinstance(data, int):
+                return None
+            items.append((key, data))
+        return message[2], items
+    except (ValueError, TypeError, RecursionError):  # JSON, base64 and UTF-8 errors included
+        return None
+
+
+async def _closed(client: aioredis.Redis | None) -> None:
+    """Close ``client`` (None: nothing), never raising."""
+    if client is not None:
+        with contextlib.suppress(Exception):
+            await client.aclose()
+
+
+def _cancel_elsewhere(link: _Link) -> None:
+    """Cancel ``link``'s tasks in their own loop (another thread's, or one not running)."""
+    if link.loop.is_closed():
+        return
+    for task in link.tasks():
+        with contextlib.suppress(RuntimeError):
+            link.loop.call_soon_threadsafe(task.cancel)

@@ -1,0 +1,470 @@
+"""aiowheel.redis: a Purgatory whose signals travel through a real redis-server (issue 51).
+
+Every test talks to a real ``redis-server`` started here (tests/support.py's RedisServer);
+the cross-process ones run peers as separate interpreters (``sys.executable``), on the build
+this run tests (the environment, AIOWHEEL_NO_EXTENSIONS included, is inherited).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import aiowheel
+from tests.support import ROOT, RedisServer, need_redis
+
+CLOSED_PORT_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    """One redis-server for the module's tests (each test uses its own channel)."""
+    running = RedisServer(need_redis())
+    running.start()
+    yield running
+    running.kill()
+
+
+def _signals(url: str, channel: str, **options: Any) -> Any:
+    from aiowheel.redis import RedisSignals
+
+    return RedisSignals(url, channel=channel, **options)
+
+
+async def _until(condition: Any, timeout: float = 5.0) -> None:
+    """Poll ``condition()`` every 5 ms until it holds (AssertionError past ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+# A peer process: waits for "hello" and for 100 "seq" payloads, then sends its pid as "back"
+# and waits for every peer's; prints what it saw as JSON.
+PEER = """
+import asyncio, json, os, sys
+import aiowheel
+from aiowheel.redis import RedisSignals
+
+url, channel, peers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+seen = {}
+signals = RedisSignals(url, channel=channel,
+                       on_data=lambda key, data: seen.setdefault(key, []).append(data))
+purgatory = aiowheel.Purgatory(signals=signals)
+
+async def main():
+    hello = purgatory.wait(["hello"], lambda: seen.get("hello"), 10)
+    seq = purgatory.wait(["seq"], lambda: len(seen.get("seq", ())) >= 100, 10)
+    while not signals.stats().connected:
+        await asyncio.sleep(0.005)
+    print("ready", flush=True)
+    out = {"hello": await hello, "seq": await seq and seen["seq"]}
+    signals.send("back", str(os.getpid()))
+    out["back"] = await purgatory.wait(
+        ["back"], lambda: len(seen.get("back", ())) >= peers and seen["back"], 10)
+    s = signals.stats()
+    out["echoes"], out["foreign"] = s.echoes, s.foreign
+    await signals.aclose()
+    print(json.dumps(out), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def _peer(url: str, channel: str, peers: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", PEER, url, channel, str(peers)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def test_signals_and_payloads_reach_every_process_in_order(server: RedisServer) -> None:
+    # Two peer processes and this one: the payloads this process sends reach both, in the
+    # order sent (100 of them, some in one loop iteration, some in others), and each peer's
+    # "back" reaches this process and the other peer; echoes are ignored, not applied twice.
+    channel = "each-to-all"
+    peers = [_peer(server.url, channel, 2) for _ in range(2)]
+    try:
+        for peer in peers:
+            assert peer.stdout is not None
+            line = peer.stdout.readline()
+            assert line == "ready\n", (line, peer.stderr.read() if peer.stderr else "")
+        seen: dict[str, list[str]] = {}
+
+        async def main() -> list[str]:
+            signals = _signals(
+                server.url, channel, on_data=lambda key, data: seen.setdefault(key, []).append(data)
+            )
+            purgatory = aiowheel.Purgatory(signals=signals)
+            back = purgatory.wait(
+                ["back"], lambda: len(seen.get("back", ())) >= 2 and seen["back"], 10
+            )
+            await _until(lambda: signals.stats().connected)
+            assert signals.send("hello", "hi") == 0  # no wait of "hello" here
+            for number in range(50):  # one loop iteration: one message
+                signals.send("seq", str(number))
+            for number in range(50, 100):  # one each
+                signals.send("seq", str(number))
+                await asyncio.sleep(0)
+            result = await back
+            stats = signals.stats()
+            # Batched: the 50 sent in one loop iteration went as one message.
+            assert stats.sent == 101 and 2 <= stats.published <= 52 and stats.foreign == 0
+            assert stats.received == 2  # each peer's "back", once; its own echoes not counted
+            await signals.aclose()
+            return result
+
+        back = asyncio.run(main())
+        outs = []
+        for peer in peers:
+            out, err = peer.communicate(timeout=20)
+            assert peer.returncode == 0, err
+            outs.append(json.loads(out))
+    finally:
+        for peer in peers:
+            if peer.poll() is None:
+                peer.kill()
+                peer.wait()
+    pids = sorted(str(peer.pid) for peer in peers)
+    assert sorted(back) == pids
+    for out in outs:
+        assert out["hello"] == ["hi"]
+        assert out["seq"] == [str(number) for number in range(100)]  # the publisher's order
+        assert sorted(out["back"]) == pids  # its own once (applied locally), the other's once
+        assert out["foreign"] == 0
+    assert seen["seq"] == [str(number) for number in range(100)]  # applied here once each
+
+
+def test_reconnect_rechecks_live_waits_and_the_rest_time_out_on_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Redis killed while waits live, the state of one changes meanwhile (its signal is lost),
+    # and Redis comes back on the same port: the subscriber reconnects and re-checks every
+    # live key, so that wait completes; the other times out at its own deadline. signal()
+    # during the outage neither blocks nor raises; the outage is logged once.
+    server = RedisServer(need_redis())
+    server.start()
+    state: dict[str, str] = {}
+    try:
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            signals = _signals(server.url, "reconnect")
+            purgatory = aiowheel.Purgatory(signals=signals)
+            start = loop.time()
+            changed = asyncio.ensure_future(
+                purgatory.wait(["changed"], lambda: state.get("changed"), 10)
+            )
+            unchanged = asyncio.ensure_future(
+                purgatory.wait(["same"], lambda: state.get("same"), 1.0)
+            )
+            expired: list[float] = []
+            unchanged.add_done_callback(lambda _: expired.append(loop.time()))
+            await _until(lambda: signals.stats().connected)
+            server.kill()
+            await _until(lambda: not signals.stats().connected)
+            state["changed"] = "yes"  # its signal went to a dead server
+            before = time.perf_counter()
+            assert purgatory.signal("changed") == 1  # here at once, whatever Redis does
+            assert purgatory.signal("lost") == 0
+            assert time.perf_counter() - before < 0.2  # never waits on Redis
+            await _until(lambda: signals.stats().publish_errors >= 1)
+            await asyncio.sleep(0.2)  # a few failed reconnects: still one log line
+            state["changed"] = ""  # done locally; set again so only a re-check completes it
+            changed2 = purgatory.wait(["changed2"], lambda: state.get("changed2"), 10)
+            state["changed2"] = "also"  # changed while down, never signalled at all
+            await asyncio.to_thread(server.start)
+            assert await changed == "yes"
+            assert await changed2 == "also"
+            with pytest.raises(TimeoutError):
+                await unchanged
+            assert 1.0 <= expired[0] - start < 2.0  # on time: not early, not held up by Redis
+            stats = signals.stats()
+            assert stats.connect_errors >= 1 and stats.subscribes >= 2
+            await _until(lambda: signals.stats().published >= 1)  # the queued ones went out
+            await signals.aclose()
+
+        with caplog.at_level(logging.WARNING, logger="aiowheel.redis"):
+            asyncio.run(main())
+    finally:
+        server.kill()
+    lost = [r for r in caplog.records if "lost its connection" in r.getMessage()]
+    cannot = [r for r in caplog.records if "cannot publish" in r.getMessage()]
+    again = [r for r in caplog.records if "subscribed to" in r.getMessage()]
+    assert len(lost) == 1 and len(cannot) == 1 and len(again) == 1, caplog.text
+
+
+def test_foreign_messages_are_ignored_and_counted(server: RedisServer) -> None:
+    import redis
+
+    channel = "foreign"
+    seen: dict[Any, Any] = {}
+    raw = redis.Redis.from_url(server.url)
+    foreign = [
+        b"not json",
+        b"\xff\xfe",
+        b"{}",
+        b'["aiowheel", 2, "x", [["k"]]]',  # another version
+        b'["other-app", 1, "x", [["k"]]]',
+        b'["aiowheel", 1, "x", [["k", 3]]]',  # data neither str nor bytes
+        b'["aiowheel", 1, "x", [[1.5]]]',  # a float key
+        b'["aiowheel", 1, "x", [[{"b": "***"}]]]',  # bad base64
+        b'["aiowheel", 1, "x", [[true]]]',
+        b'["aiowheel", 1, "x", "k"]',
+        b"[" * 5000,
+    ]
+
+    async def main() -> None:
+        signals = _signals(server.url, channel, on_data=lambda k, d: seen.__setitem__(k, d))
+        purgatory = aiowheel.Purgatory(signals=signals)
+        waited = purgatory.wait([b"\x00k"], lambda: seen.get(b"\x00k"), 5)
+        numbered = purgatory.wait([7], lambda: seen.get(7), 5)
+        await _until(lambda: signals.stats().connected)
+        for message in foreign:
+            await asyncio.to_thread(raw.publish, channel, message)
+        # A well-formed message from another sender, written by hand: bytes and int keys.
+        good = json.dumps(["aiowheel", 1, "someone", [[{"b": "AGs="}, "v"], [7, {"b": "AA=="}]]])
+        await asyncio.to_thread(raw.publish, channel, good)
+        assert await waited == "v"
+        assert await numbered == b"\x00"
+        assert purgatory.signal("mine") == 0  # its echo comes back and is ignored
+        await _until(lambda: signals.stats().echoes == 1)
+        stats = signals.stats()
+        assert stats.foreign == len(foreign)
+        assert stats.received == 1 and "k" not in seen
+        await signals.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        raw.close()
+
+
+def test_two_channels_do_not_cross_talk(server: RedisServer) -> None:
+    # Two applications on one server, each on its own channel: a signal on one completes the
+    # other purgatory's wait on that channel only.
+    state = {"k": True}
+
+    async def main() -> None:
+        first = [_signals(server.url, "app-a"), _signals(server.url, "app-a")]
+        other = _signals(server.url, "app-b")
+        a1, a2, b = (aiowheel.Purgatory(signals=s) for s in (*first, other))
+        state["k"] = False
+        on_a = a2.wait(["k"], lambda: state["k"], 5)
+        on_b = asyncio.ensure_future(b.wait(["k"], lambda: state["k"], 0.3))
+        a1.wait(["bind"], lambda: True, 1)  # binds a1: its subscriber starts
+        await _until(lambda: all(s.stats().connected for s in (*first, other)))
+        state["k"] = True
+        assert a1.signal("k") == 0
+        assert await on_a is True
+        with pytest.raises(TimeoutError):
+            await on_b
+        assert other.stats().received == 0 and first[1].stats().received == 1
+        for signals in (*first, other):
+            await signals.aclose()
+
+    asyncio.run(main())
+
+
+def test_bad_input_is_refused_and_changes_nothing() -> None:
+    need_redis()
+    from aiowheel.redis import RedisSignals
+
+    with pytest.raises(ValueError, match=r"malformed Redis URL 'http://example\.com'"):
+        RedisSignals("http://example.com")
+    with pytest.raises(ValueError, match=r"URL 'redis://:\*\*\*@h:1/x': the database must be"):
+        RedisSignals("redis://:secret@h:1/x")  # the password is not repeated
+    with pytest.raises(TypeError, match="url must be a str, got int"):
+        RedisSignals(6379)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="channel must be a non-empty str"):
+        RedisSignals(CLOSED_PORT_URL, channel="")
+    with pytest.raises(ValueError, match="max_pending must be an int >= 1"):
+        RedisSignals(CLOSED_PORT_URL, max_pending=0)
+    with pytest.raises(TypeError, match="on_data must be callable"):
+        RedisSignals(CLOSED_PORT_URL, on_data="print")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="signals must be an aiowheel.redis.RedisSignals"):
+        aiowheel.Purgatory(signals="redis://localhost")
+    signals = RedisSignals(CLOSED_PORT_URL, channel="bad-input")
+    purgatory = aiowheel.Purgatory(signals=signals)
+    with pytest.raises(ValueError, match="serve another Purgatory already"):
+        aiowheel.Purgatory(signals=signals)
+    with pytest.raises(RuntimeError, match="signal in a running event loop"):
+        purgatory.signal("k")
+    assert signals.stats().sent == 0
+    checks: list[int] = []
+
+    async def main() -> None:
+        waiting = purgatory.wait([(1, 2)], lambda: checks.append(1), 5)
+        assert checks == [1]
+        with pytest.raises(TypeError, match=r"key \(1, 2\) \(tuple\) cannot be sent"):
+            purgatory.signal((1, 2))
+        with pytest.raises(TypeError, match="key 1.5 .float. cannot be sent"):
+            signals.send(1.5, "x")
+        with pytest.raises(TypeError, match="data must be str or bytes, got int"):
+            signals.send("k", 3)
+        assert checks == [1]  # no re-check ran: nothing changed
+        assert signals.stats().sent == 0  # nothing queued for publishing
+        assert purgatory.signal(True) == 0  # a bool key goes as the int it equals
+        waiting.cancel()
+        await signals.aclose()  # Redis unreachable: returns at once
+
+    asyncio.run(main())
+
+
+def test_a_full_publish_queue_drops_the_oldest_and_logs_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    need_redis()
+
+    async def main() -> None:
+        signals = _signals(CLOSED_PORT_URL, "full", max_pending=10)
+        purgatory = aiowheel.Purgatory(signals=signals)
+        for number in range(100):  # one message each: the server is unreachable
+            assert purgatory.signal(number) == 0
+            await asyncio.sleep(0)
+        await _until(lambda: signals.stats().publish_errors >= 1)
+        stats = signals.stats()
+        assert stats.sent == 100 and stats.dropped == 90 and stats.published == 0
+        await signals.aclose()
+        left = [t for t in asyncio.all_tasks() if "RedisSignals" in repr(t.get_coro())]
+        assert left == []
+
+    with caplog.at_level(logging.WARNING, logger="aiowheel.redis"):
+        asyncio.run(main())
+    assert len([r for r in caplog.records if "cannot publish" in r.getMessage()]) == 1
+
+
+def test_a_module_level_purgatory_listens_in_each_loop_and_leaves_no_connection(
+    server: RedisServer,
+) -> None:
+    # One purgatory serves two asyncio.run in turn: the subscriber binds to each loop, and
+    # ends with it (asyncio.run cancels it), closing its connection; aclose leaves no task.
+    import redis
+
+    raw = redis.Redis.from_url(server.url)
+    signals = _signals(server.url, "loops")
+    purgatory = aiowheel.Purgatory(signals=signals)
+    sending = _signals(server.url, "loops")
+    sender = aiowheel.Purgatory(signals=sending)
+    state: dict[str, int] = {"k": 0}
+
+    async def one_run(round_: int) -> None:
+        waiting = purgatory.wait(["k"], lambda: state["k"] == round_, 5)
+        await _until(lambda: signals.stats().connected)
+        state["k"] = round_
+        sender.signal("k")
+        assert await waiting is True
+
+    try:
+        for round_ in (1, 2):
+            asyncio.run(one_run(round_))
+            clients = [c for c in raw.client_list() if c.get("cmd") != "client|list"]
+            assert clients == [], clients  # the subscriber and the publisher closed theirs
+        assert signals.stats().subscribes == 2
+
+        async def closing() -> None:
+            purgatory.wait(["x"], lambda: True, 1)
+            sender.wait(["x"], lambda: True, 1)
+            await _until(lambda: signals.stats().connected)
+            await signals.aclose()
+            await sending.aclose()
+            left = [t for t in asyncio.all_tasks() if "RedisSignals" in repr(t.get_coro())]
+            assert left == []
+            assert not signals.stats().connected
+            assert purgatory.signal("k") == 0  # closed: local only, nothing queued
+            assert signals.stats().sent == 0  # the listener never signalled
+
+        asyncio.run(closing())
+        assert [c for c in raw.client_list() if c.get("cmd") != "client|list"] == []
+    finally:
+        raw.close()
+
+
+def test_a_subscriber_that_falls_behind_is_cut_off_by_redis_and_rechecks(
+    server: RedisServer,
+) -> None:
+    # The subscriber's loop is busy while a flood arrives: what it has not read waits in
+    # Redis's output buffer for it, not in this process. Past the buffer's limit (64 kB here,
+    # 32 MB by default) Redis closes the connection; the subscriber reconnects and re-checks
+    # every live key, so a wait whose state changed meanwhile completes.
+    import redis
+
+    raw = redis.Redis.from_url(server.url)
+    raw.config_set("client-output-buffer-limit", "pubsub 64kb 32kb 1")
+    state: dict[str, bool] = {}
+    flood = 1_000
+
+    def publish_flood() -> None:
+        with raw.pipeline(transaction=False) as pipe:
+            for _ in range(flood):
+                pipe.publish("behind", b"x" * 16_384)  # 16 MB in all, foreign to aiowheel
+            pipe.execute()
+
+    async def main() -> None:
+        signals = _signals(server.url, "behind")
+        purgatory = aiowheel.Purgatory(signals=signals)
+        waiting = purgatory.wait(["late"], lambda: state.get("late"), 10)
+        await _until(lambda: signals.stats().connected)
+        flooding = threading.Thread(target=publish_flood)
+        flooding.start()
+        flooding.join(10)  # the loop is blocked: the subscriber reads nothing meanwhile
+        state["late"] = True  # changed meanwhile; no signal for it
+        assert await waiting is True
+        stats = signals.stats()
+        assert stats.connect_errors >= 1 and stats.subscribes >= 2, stats
+        assert stats.foreign < flood  # Redis dropped what it could not hand over
+        await signals.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        raw.config_set("client-output-buffer-limit", "pubsub 32mb 8mb 60")
+        raw.close()
+
+
+def test_a_server_that_stops_answering_is_noticed_by_ping_and_rechecked() -> None:
+    # A connection that dies without a word (the server paused: SIGSTOP, as a partition
+    # would): a quiet subscriber PINGs, gives up on no answer, reconnects once the server
+    # answers again, and re-checks. While all is well, the PINGs are answered: no reconnect.
+    server = RedisServer(need_redis())
+    server.start()
+    state: dict[str, bool] = {}
+    try:
+
+        async def main() -> None:
+            signals = _signals(server.url, "paused")
+            signals._idle = 0.1
+            purgatory = aiowheel.Purgatory(signals=signals)
+            waiting = purgatory.wait(["paused"], lambda: state.get("paused"), 10)
+            await _until(lambda: signals.stats().connected)
+            await asyncio.sleep(0.35)  # quiet: PINGs, answered
+            assert signals.stats().connect_errors == 0 and signals.stats().subscribes == 1
+            assert server.process is not None
+            server.process.send_signal(signal.SIGSTOP)
+            try:
+                await _until(lambda: not signals.stats().connected)
+                state["paused"] = True  # changed meanwhile; its signal would be lost
+                await asyncio.sleep(0.1)
+            finally:
+                server.process.send_signal(signal.SIGCONT)
+            assert await waiting is True
+            stats = signals.stats()
+            assert stats.connect_errors >= 1 and stats.subscribes >= 2, stats
+            await signals.aclose()
+
+        asyncio.run(main())
+    finally:
+        server.kill()
