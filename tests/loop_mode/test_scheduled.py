@@ -283,13 +283,17 @@ def test_nothing_makes_the_loop_keep_its_attributes_in_a_dict() -> None:
         loop.run_until_complete(asyncio.sleep(0))
         del loop.time
 
-    stock = asyncio.new_event_loop()
+    # The control: a stock loop with the three attributes loop mode sets on its instances. From
+    # 3.13 an instance whose class's shared keys are full keeps a dict: a loop does once it has
+    # them (3.11 keeps them inline), and then there is nothing left to see.
+    stock: Any = asyncio.new_event_loop()
+    stock._aiowheel, stock.call_at, stock.call_later = None, stock.call_at, stock.call_later
     wheel = aiowheel.new_event_loop()
     try:
         exercise(stock)
         exercise(wheel)
         if _attributes_in_a_dict(stock):
-            pytest.skip("this interpreter keeps a loop's attributes in a dict anyway")
+            pytest.skip("this interpreter keeps such a loop's attributes in a dict anyway")
         assert not _attributes_in_a_dict(wheel)
     finally:
         stock.close()
