@@ -164,13 +164,19 @@ def test_a_near_timer_joins_the_wheel_when_a_wheel_timer_is_due_by_its_tick(base
     # heap ran before a wheel timer of the same deadline. Two nested asyncio.timeout_at of one
     # deadline, the inner entered 5 ms before it, were split in 22 of 40 rounds: the inner
     # expired alone and the outer never did (stock asyncio: 0).
-    async def nested() -> tuple[bool, bool, bool]:
+    async def nested() -> tuple[bool, bool, bool] | None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 0.05
         cancelled = False
         try:
             async with asyncio.timeout_at(deadline) as outer:
                 await asyncio.sleep(0.045)
+                if loop.time() >= deadline:
+                    # A loop this late enters the inner timeout past its deadline: asyncio
+                    # then runs it with call_soon, which no loop mode routes; a wheel timer of
+                    # that deadline waiting for its tick runs after it (the window left, under
+                    # one tick: docs/guarantees.md). Not the case under test.
+                    return None
                 try:
                     async with asyncio.timeout_at(deadline) as inner:
                         await asyncio.sleep(10)
@@ -183,8 +189,15 @@ def test_a_near_timer_joins_the_wheel_when_a_wheel_timer_is_due_by_its_tick(base
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        for _ in range(20):
-            assert await nested() == (True, True, True)
+        rounds = 0
+        for _ in range(100):  # 20 rounds entered before the deadline, on a loaded machine too
+            seen = await nested()
+            if seen is not None:
+                assert seen == (True, True, True)
+                rounds += 1
+                if rounds == 20:
+                    break
+        assert rounds >= 5
         # Where they go: a near deadline the wheel has a timer due by goes there; one before
         # every wheel timer's tick stays on the base's heap (asyncio's: exact), as before.
         for _ in range(10):  # until the blocked loop lands 2-10 ms before the wheel timer
