@@ -47,7 +47,10 @@ EXPECTED = {
 
 
 def ha_pythons() -> list[str]:
-    pythons = [p for p in os.environ.get("AIOWHEEL_HA_PYTHONS", "").split(os.pathsep) if p]
+    # absolute (the runs' working directory is the project's copy), without resolving the
+    # venv's symlink to its base interpreter
+    found = os.environ.get("AIOWHEEL_HA_PYTHONS", "").split(os.pathsep)
+    pythons = [os.path.abspath(p) for p in found if p]
     assert pythons and all(Path(p).exists() for p in pythons), (
         "set AIOWHEEL_HA_PYTHONS to Pythons 3.13+ with Home Assistant's test plugin and "
         "aiowheel (os.pathsep between them): python3.13 -m venv .venv-ha && .venv-ha/bin/pip "
