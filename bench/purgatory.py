@@ -170,16 +170,18 @@ async def timed_round(how: str, keys: int) -> dict[str, float]:
     return {"cpu_us": spent / ops * 1e6, "checks_per_signal": checks / signals}
 
 
-async def memory_round(how: str, keys: int) -> float:
-    """Bytes per waiting operation (tracemalloc), its task and coroutine included."""
-    work = Workload(how, keys)
+async def bytes_per_task(
+    start: Callable[[], list[asyncio.Task[Any]]], settle: Callable[[], Awaitable[object]]
+) -> float:
+    """Traced bytes (tracemalloc) held per task while the tasks ``start()`` made wait, once
+    ``settle()`` returns; the tasks are cancelled after. Also bench.redis_signals's measure."""
     await asyncio.sleep(0)
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        tasks = spawn(work, keys)
-        await settle(work)
+        tasks = start()
+        await settle()
         during = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
@@ -187,6 +189,12 @@ async def memory_round(how: str, keys: int) -> float:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return (during - before) / len(tasks)
+
+
+async def memory_round(how: str, keys: int) -> float:
+    """Bytes per waiting operation (tracemalloc), its task and coroutine included."""
+    work = Workload(how, keys)
+    return await bytes_per_task(lambda: spawn(work, keys), lambda: settle(work))
 
 
 async def churn(total: int, keys: int) -> dict[str, float]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import shutil
@@ -38,10 +37,11 @@ import statistics
 import subprocess
 import sys
 import time
-import tracemalloc
 from typing import Any
 
 import aiowheel
+
+from .purgatory import bytes_per_task
 
 CHANNEL = "aiowheel-bench"
 DEADLINE = 60.0
@@ -178,25 +178,16 @@ async def memory_per_op(url: str | None, ops: int, keys: int) -> float:
         await signals.start()
     never: dict[int, object] = {}
     await purgatory.wait(["bind"], lambda: True, 1)  # binds to the loop: not per operation
-    await asyncio.sleep(0)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        tasks = [
+    per_wait = await bytes_per_task(
+        lambda: [
             asyncio.create_task(purgatory.wait([i % keys], lambda i=i: never.get(i), DEADLINE))
             for i in range(ops)
-        ]
-        await asyncio.sleep(0)
-        during = tracemalloc.get_traced_memory()[0]
-    finally:
-        tracemalloc.stop()
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+        ],
+        lambda: asyncio.sleep(0),
+    )
     if signals is not None:
         await signals.aclose()
-    return (during - before) / ops
+    return per_wait
 
 
 def main(argv: list[str]) -> int:
