@@ -4,8 +4,9 @@
         uvicorn --factory examples.chain.gateway:make_app --port 8080 \\
         [--loop aiowheel.loops:asyncio_loop]
 
-- ``GET /work?id=I&seconds=S&burn=B``: blocks the loop B seconds (CPU work), then calls the
-  service's ``/work`` (whose backend query takes S seconds); answers ``{"hop": "gateway",
+- ``GET /work?id=I&seconds=S&gateway_burn=B``: blocks the loop B seconds (CPU work), then
+  calls the service's ``/work`` with the other parameters (its backend query takes S seconds,
+  after the service's own ``burn``); answers ``{"hop": "gateway",
   "budget": ..., "service": <its answer>}``;
 - ``GET /stream?id=I&count=N&interval=S``: the service's ``/stream``;
 - ``GET /stats?ids=a,b``: the records (see ``examples.chain``) and the process's CPU seconds.
@@ -85,11 +86,11 @@ def build_app(service: str, mode: str) -> FastAPI:
         exc: BaseException | None = None
         try:
             async with own_timeout():
-                burn = float(request.query_params.get("burn", "0"))
+                burn = float(request.query_params.get("gateway_burn", "0"))
                 if burn:
                     time.sleep(burn)  # noqa: ASYNC251 (CPU work: no await, the deadline cannot act)
                 record["budget"] = budget_seen(mode)
-                params = {k: v for k, v in request.query_params.items() if k != "burn"}
+                params = {k: v for k, v in request.query_params.items() if k != "gateway_burn"}
                 response = await clients["service"].get(path, params=params)
             if response.status_code != 200:
                 return JSONResponse(

@@ -99,7 +99,8 @@ def started(
 ) -> Iterator[Chain]:
     """Start the three, each from its own command line, and wait until each answers;
     SIGTERM them at the end (SIGKILL if one has not stopped within 30 s). With ``output``
-    PIPE (the default) each process's output is kept as ``process.output`` at the end."""
+    PIPE (the default) each process's output is kept as ``process.output`` at the end; None
+    leaves it on this process's stdout and stderr; DEVNULL drops it."""
     ports = {
         "backend": free_port(),
         "service": free_port(),
@@ -114,7 +115,7 @@ def started(
                 cwd=ROOT,
                 env={**env, **extra},
                 stdout=output,
-                stderr=subprocess.STDOUT if output == subprocess.PIPE else None,
+                stderr=None if output is None else subprocess.STDOUT,
                 text=True,
             )
         deadline = time.monotonic() + ready_within
