@@ -342,3 +342,34 @@ def test_the_redis_signals_bench_loses_nothing_and_tabulates(
     assert result["publish"]["dropped"] == 0 and result["publish"]["burst_per_s"] > 0
     assert 0 < result["latency_ms"]["p50"] <= result["latency_ms"]["p99"]
     assert 0.9 <= result["bytes_per_op"]["ratio"] <= 1.1  # signals cost nothing per wait
+
+
+def test_the_chain_bench_runs_stock_and_propagated_and_tabulates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Three real processes per chain (examples/chain): needs grpcio, as tests/integration/
+    # test_chain.py does (skipped without it unless AIOWHEEL_REQUIRE_GRPC is set).
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("grpc") is None:
+        assert os.environ.get("AIOWHEEL_REQUIRE_GRPC", "") in ("", "0"), "grpcio is missing"
+        pytest.skip("grpcio is not installed (pip install -e '.[grpc]')")
+    from bench import chain
+
+    assert chain.main(["--quick", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "round 1/1 stock:" in out and "round 1/1 propagated:" in out  # progress is shown
+    assert "| figure | stock | propagated | goal |" in out  # the tables
+    assert "| none, us | propagated, us | propagated / none | goal |" in out
+    raw = json.loads((tmp_path / "chain.json").read_text())["raw"]
+    assert set(raw) == {"stock", "propagated", "cpu"}
+    for mode in ("stock", "propagated"):
+        (figures,) = raw[mode]
+        assert figures["requests"] == 10 and figures["still_running"] == 0, figures
+    (cpu,) = raw["cpu"]
+    assert cpu["not_ok"] == 0 and cpu["none_cpu_us"] > 0 and cpu["propagated_cpu_us"] > 0
+    # No timing is asserted but the one a loaded machine cannot blur: stock's queries run their
+    # full 2 s, past the 1 s deadline at two hops (about 2 handler-seconds a request).
+    stock, propagated = raw["stock"][0], raw["propagated"][0]
+    assert stock["below_s_per_request"] > 0.5 > propagated["below_s_per_request"], raw

@@ -1,0 +1,297 @@
+"""Deadlines across services: when the first caller gives up, does the work below it stop?
+
+``python -m bench.chain [--rate 20] [--duration 10] [--work 5] [--deadline 1] [--fast 2000]
+[--bursts 10] [--concurrency 10] [--rounds 3] [--loop-mode] [--quick] [--out DIR]`` runs
+``examples/chain`` (a FastAPI gateway under uvicorn, an aiohttp service, a grpc.aio backend:
+three processes, started from their own command lines) and measures two things.
+
+Overload, stock against propagated (alternating which goes first, round by round): a client
+sends ``--rate`` requests a second for ``--duration`` seconds, each with a ``--deadline`` s
+deadline (it sends ``x-request-timeout`` and gives up at the deadline, waiting a further
+``GRACE`` s for a 504 to count it: an HTTP client's timeout), each calling for a backend
+query of ``--work`` s, far past the deadline.
+
+- ``stock``: each hop its own fixed timeout (10, 8, 6 s), nothing passed on, the way most
+  services do it today;
+- ``propagated``: aiowheel's deadline at every hop, the caller's passed on
+  (``DeadlineMiddleware`` / ``DeadlineTransport`` / ``deadline_middleware`` /
+  ``PropagateDeadline`` / ``DeadlineInterceptor``).
+
+Figures, from each hop's own records (when each handler started and when its ``finally``
+ran, on the machine's one monotonic clock): the handler-seconds done below the gateway (the
+service's and the backend's) after the client's deadline, per request (stock: about
+2 x (work - deadline); goal 0); the time from the client's deadline until the last handler
+of the request, at any hop, had ended (p50, p99; goal p99 <= 20 ms); how many requests the
+gateway answered 504 before the client gave up.
+
+CPU per request that meets its deadline, propagated against ``none`` (no deadline machinery
+at all: no middleware, plain clients): the two chains run side by side, ``--fast`` requests
+(``--concurrency`` at a time, a backend query of 0 s) in ``--bursts`` bursts that alternate
+between them; per burst, the CPU time of the three processes (every thread's, from
+``/proc/PID/task/*/schedstat``) per request, and the ratio of the two (goal: <= 1.03).
+
+Figures are medians over the rounds, with the best and the worst. ``--quick``: one round,
+small counts (a smoke test). Only 127.0.0.1 is contacted; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from examples.chain.run import Chain, started
+
+HOPS = {"gateway": ("gateway", "/stats"), "service": ("service", "/stats"),
+        "backend": ("service", "/backend/stats")}  # fmt: skip
+BELOW = ("service", "backend")
+GRACE = 0.25
+"""The client waits this long past its deadline for the gateway's 504 (counted) before giving
+up; the figures are measured from the deadline itself."""
+
+
+def chain_cpu(chain: Chain) -> Callable[[], float]:
+    """A reader of the CPU seconds of the chain's three processes, every thread of each
+    (``/proc/PID/task/*/schedstat``: ns on a CPU); NaN where /proc has no such files."""
+    pids = [process.pid for process in chain.processes.values()]
+
+    def read() -> float:
+        total = 0
+        try:
+            for pid in pids:
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+                        total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return math.nan
+        return total / 1e9
+
+    return read
+
+
+async def hop_records(session: aiohttp.ClientSession, chain: Chain) -> dict[str, list[Any]]:
+    """Every record of each hop."""
+    found = {}
+    for hop, (server, path) in HOPS.items():
+        async with session.get(f"{chain.url(server)}{path}") as response:
+            found[hop] = (await response.json())["records"]
+    return found
+
+
+async def overload(chain: Chain, args: argparse.Namespace) -> dict[str, float]:
+    """``--rate`` requests a second for ``--duration`` s, each giving up at ``--deadline``;
+    then, once every handler has ended (bounded), the figures of what ran past the deadline."""
+    deadlines: dict[str, float] = {}
+    statuses: dict[str, int] = {}
+    url = f"{chain.url('gateway')}/work?seconds={args.work}"
+    headers = {"x-request-timeout": str(args.deadline)}
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one(request_id: str) -> None:
+            deadlines[request_id] = time.monotonic() + args.deadline
+            try:
+                async with asyncio.timeout(args.deadline + GRACE):
+                    async with session.get(f"{url}&id={request_id}", headers=headers) as r:
+                        await r.read()
+                        statuses[request_id] = r.status
+            except (TimeoutError, aiohttp.ClientError):
+                statuses[request_id] = 0  # the client gave up
+
+        count = max(1, round(args.rate * args.duration))
+        start = time.monotonic()
+        tasks = []
+        for index in range(count):
+            await asyncio.sleep(max(0.0, start + index / args.rate - time.monotonic()))
+            tasks.append(asyncio.create_task(one(f"r{index}")))
+        await asyncio.gather(*tasks)
+        # Wait until every handler at every hop has ended (stock: the queries run on).
+        stop = time.monotonic() + args.work + 30
+        while True:
+            found = await hop_records(session, chain)
+            running = sum(r["ended"] is None for rs in found.values() for r in rs)
+            if not running or time.monotonic() > stop:
+                break
+            await asyncio.sleep(0.2)
+    below = dict.fromkeys(deadlines, 0.0)
+    last = dict.fromkeys(deadlines, -math.inf)
+    for hop, rs in found.items():
+        for record in rs:
+            deadline = deadlines.get(record["id"])
+            if deadline is None or record["ended"] is None:
+                continue
+            after = record["ended"] - deadline
+            last[record["id"]] = max(last[record["id"]], after)
+            if hop in BELOW:
+                below[record["id"]] += max(0.0, after)
+    stopped = sorted(last.values())
+    return {
+        "below_s_per_request": statistics.fmean(below.values()),
+        "stopped_p50_ms": stopped[len(stopped) // 2] * 1e3,
+        "stopped_p99_ms": stopped[min(len(stopped) - 1, int(len(stopped) * 0.99))] * 1e3,
+        "answered_504": float(sum(status == 504 for status in statuses.values())),
+        "requests": float(len(deadlines)),
+        "still_running": float(running),
+    }
+
+
+async def cpu_bursts(chains: dict[str, Chain], args: argparse.Namespace) -> dict[str, float]:
+    """CPU time of each chain's three processes per fast request, in bursts that alternate
+    between the chains; the medians, and the median of the per-burst ratios."""
+    cpu = {name: chain_cpu(chain) for name, chain in chains.items()}
+    per_request: dict[str, list[float]] = {name: [] for name in chains}
+    not_ok = dict.fromkeys(chains, 0)
+    per_burst = max(1, args.fast // args.bursts)
+    headers = {"x-request-timeout": "30"}
+    connector = aiohttp.TCPConnector(limit=args.concurrency * len(chains))
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def burst(name: str) -> float:
+            left = iter(range(per_burst))
+            url = f"{chains[name].url('gateway')}/work?seconds=0"
+
+            async def worker() -> None:
+                for _ in left:
+                    async with session.get(url, headers=headers) as response:
+                        await response.read()
+                        not_ok[name] += response.status != 200
+
+            before = cpu[name]()
+            await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+            return (cpu[name]() - before) / per_burst * 1e6
+
+        names = list(chains)
+        for name in names:  # warm up: connections, imports, caches
+            await burst(name)
+        for index in range(args.bursts):
+            for name in names if index % 2 == 0 else names[::-1]:
+                per_request[name].append(await burst(name))
+    ratios = [p / n for p, n in zip(per_request["propagated"], per_request["none"], strict=True)]
+    return {
+        "none_cpu_us": statistics.median(per_request["none"]),
+        "propagated_cpu_us": statistics.median(per_request["propagated"]),
+        "ratio": statistics.median(ratios),
+        "not_ok": float(sum(not_ok.values())),
+    }
+
+
+def run_round(index: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """One round: the overload on stock and on propagated (the order alternating), then the
+    CPU bursts, propagated against none."""
+    figures = {}
+    order = ["stock", "propagated"] if index % 2 == 0 else ["propagated", "stock"]
+    for mode in order:
+        with started(mode, args.loop_mode, output=subprocess.DEVNULL) as chain:
+            figures[mode] = asyncio.run(overload(chain, args))
+    with (
+        started("none", args.loop_mode, output=subprocess.DEVNULL) as none,
+        started("propagated", args.loop_mode, output=subprocess.DEVNULL) as propagated,
+    ):
+        figures["cpu"] = asyncio.run(cpu_bursts({"none": none, "propagated": propagated}, args))
+    return figures
+
+
+def spread(values: list[float], digits: int = 1) -> str:
+    """Median (best to worst)."""
+    return (
+        f"{statistics.median(values):,.{digits}f} "
+        f"({min(values):,.{digits}f} to {max(values):,.{digits}f})"
+    )
+
+
+def table(raw: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> list[str]:
+    """The markdown tables: medians over the rounds (best to worst)."""
+
+    def col(mode: str, metric: str, digits: int = 1) -> str:
+        return spread([r[metric] for r in raw[mode]], digits)
+
+    rows = [
+        f"Overload: {args.rate:g} requests/s for {args.duration:g} s, each with a "
+        f"{args.deadline:g} s deadline and a {args.work:g} s backend query"
+        f"{' (loop mode)' if args.loop_mode else ''}; medians over {args.rounds} rounds "
+        "(best to worst).",
+        "",
+        "| figure | stock | propagated | goal |",
+        "|---|---|---|---|",
+        "| handler-seconds below the gateway after the client's deadline, per request | "
+        f"{col('stock', 'below_s_per_request', 3)} | "
+        f"{col('propagated', 'below_s_per_request', 3)} | 0 |",
+        "| last handler ended, ms after the client's deadline, p50 | "
+        f"{col('stock', 'stopped_p50_ms')} | {col('propagated', 'stopped_p50_ms')} | |",
+        "| last handler ended, ms after the client's deadline, p99 | "
+        f"{col('stock', 'stopped_p99_ms')} | {col('propagated', 'stopped_p99_ms')} | <= 20 |",
+        "| answered 504 before the client gave up (of requests) | "
+        f"{col('stock', 'answered_504', 0)} | {col('propagated', 'answered_504', 0)} | |",
+        "",
+        f"CPU per request meeting its deadline ({args.fast} requests, {args.concurrency} at a "
+        f"time, {args.bursts} alternating bursts), the three processes' every thread:",
+        "",
+        "| none, us | propagated, us | propagated / none | goal |",
+        "|---|---|---|---|",
+        f"| {col('cpu', 'none_cpu_us')} | {col('cpu', 'propagated_cpu_us')} | "
+        f"{col('cpu', 'ratio', 3)} | <= 1.03 |",
+    ]
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.chain", description=__doc__)
+    parser.add_argument("--rate", type=float, default=20.0, help="overload requests a second")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of overload")
+    parser.add_argument("--work", type=float, default=5.0, help="the backend query, s")
+    parser.add_argument("--deadline", type=float, default=1.0, help="the client's deadline, s")
+    parser.add_argument("--fast", type=int, default=2000, help="fast requests per chain")
+    parser.add_argument("--bursts", type=int, default=10)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--loop-mode", action="store_true", help="each process on loop mode")
+    parser.add_argument("--quick", action="store_true", help="1 round, small counts")
+    parser.add_argument("--out", default="bench/results")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rate, args.duration, args.work, args.fast, args.bursts, args.rounds = (
+            10.0, 1.0, 2.0, 100, 2, 1
+        )  # fmt: skip
+    counts = (args.fast, args.bursts, args.concurrency, args.rounds)
+    if min(counts) < 1 or min(args.rate, args.duration, args.deadline) <= 0 or args.work < 0:
+        parser.error("every count must be >= 1, --rate, --duration and --deadline > 0")
+    raw: dict[str, list[dict[str, float]]] = {}
+    for index in range(args.rounds):
+        for name, figures in run_round(index, args).items():
+            raw.setdefault(name, []).append(figures)
+            shown = ", ".join(f"{k}={v:,.3f}" for k, v in figures.items())
+            print(f"round {index + 1}/{args.rounds} {name}: {shown}", flush=True)
+    print()
+    print("\n".join(table(raw, args)))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    document = {"python": sys.version.split()[0], "args": vars(args), "raw": raw}
+    (out / "chain.json").write_text(json.dumps(document, indent=2))
+    print(f"\nwrote {out / 'chain.json'}")
+    # Checked: every handler ended (the drain is bounded), every fast request answered 200.
+    # The timings are measured, not judged (a shared machine).
+    failed = [
+        f"{name}: {metric}"
+        for name, runs in raw.items()
+        for metric in ("still_running", "not_ok")
+        if any(r.get(metric) for r in runs)
+    ]
+    if failed:
+        print(f"FAILED: {failed}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
