@@ -25,14 +25,17 @@ An integration module, like :mod:`aiowheel.gunicorn`: it imports aiohttp (the ab
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
-from .asgi import DEFAULT_BODY, Body, Expired, _cap, _current, _Deadlines, _Settings
+from ._deadline import DEFAULT_BODY, Body, Deadlines, Expired, Settings, current, inbound_cap
 
 __all__ = ["deadline_middleware"]
+
+logger: Final = logging.getLogger("aiowheel.asgi")  # the request deadlines' one logger
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
@@ -54,10 +57,10 @@ def deadline_middleware(
 
         app = web.Application(middlewares=[deadline_middleware(timeout=5)])
     """
-    settings = _Settings(
+    settings = Settings(
         "deadline_middleware", timeout, overrides, header, status, body, content_type
     )
-    deadlines = _Deadlines()
+    deadlines = Deadlines()
 
     @web.middleware
     async def request_deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -73,24 +76,27 @@ def deadline_middleware(
             seconds = settings.timeout
         cap = None
         if settings.header is not None:
-            cap = _cap("deadline_middleware", settings.header, request.headers.get(settings.header))
+            cap = inbound_cap(
+                "deadline_middleware", settings.header,
+                request.headers.getall(settings.header, None), request.remote, logger,
+            )  # fmt: skip
             if cap is not None and cap < seconds:
                 seconds = cap
         state = deadlines.start(seconds, cap, request)
-        token = _current.set(state)
+        token = current.set(state)
         try:
             response = await handler(request)
         except BaseException as exc:
-            _current.reset(token)
-            if not _Deadlines.end(state, exc):
+            current.reset(token)
+            if not Deadlines.end(state, exc):
                 raise  # not the deadline's
             if _started(request):  # aiohttp closes the connection: the response is cut off
                 if isinstance(exc, TimeoutError):
                     raise
                 raise TimeoutError() from exc
         else:
-            _current.reset(token)
-            _Deadlines.end(state, None)
+            current.reset(token)
+            Deadlines.end(state, None)
             return response  # in time (or the handler swallowed its cancellation and answered)
         now = state.table.loop.time()
         expired = Expired(request.path, state.started, state.deadline, now)

@@ -90,23 +90,26 @@ nothing but the standard library (no Starlette): it speaks ASGI 3 to any framewo
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
-import math
-import os
-import re
-import sys
-import weakref
-from _thread import get_ident as _get_ident
-from asyncio import _get_running_loop
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
-from dataclasses import dataclass
 from typing import Any, Final, final
 
-from ._census import _deadline_sources, time_left
-from ._default import get_timer
-from ._validate import period
+from ._deadline import (
+    DEFAULT_BODY,
+    Body,
+    BudgetExhausted,
+    Deadlines,
+    Expired,
+    Request,
+    Settings,
+    budget,
+    budget_header,
+    current,
+    deadline,
+    inbound_cap,
+    parse_timeout_header,
+    set_deadline,
+)
 
 __all__ = [
     "BudgetExhausted",
@@ -115,6 +118,7 @@ __all__ = [
     "budget",
     "budget_header",
     "deadline",
+    "parse_timeout_header",
     "set_deadline",
 ]
 
@@ -125,572 +129,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-DEFAULT_BODY: Final = b'{"error": "gateway timeout"}'
-
-
-class BudgetExhausted(TimeoutError):
-    """Less time is left of the request's deadline than a call needs: raised by
-    :func:`budget` and :func:`budget_header` instead of starting a call that cannot finish.
-
-    A ``TimeoutError``, so code that handles the deadline handles this too; the middlewares
-    answer it as their own deadline (504 if no response has started)."""
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Expired:
-    """What the deadline's answer is made from (``body=`` may be a function of it).
-
-    Times are loop times (``loop.time()``), the clock deadlines are kept by.
-    """
-
-    path: str
-    """The request's path."""
-    started: float
-    """When the middleware armed the deadline."""
-    deadline: float
-    """The deadline it enforced (after any override, cap or :func:`set_deadline`)."""
-    now: float
-    """When the answer was made (never before ``deadline`` unless the endpoint gave up
-    early with :class:`BudgetExhausted`)."""
-
-    @property
-    def waited(self) -> float:
-        """Seconds from the request's start to the answer (``now - started``)."""
-        return self.now - self.started
-
-
-Body = bytes | Callable[[Expired], bytes]
-"""A fixed response body, or a function making one from an :class:`Expired`."""
-
-
-# --- shared with aiowheel.aiohttp: the deadlines, one wheel entry per tick -----------------
-
-if sys.version_info >= (3, 12):
-    from _asyncio import current_task as _current_task  # the C function
-else:
-    # 3.11's asyncio.current_task is Python; the registry it reads is the C accelerator's
-    # dict.
-    _current_tasks: Final[dict[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = (
-        asyncio.tasks._current_tasks  # type: ignore[attr-defined]
-    )
-
-    def _current_task(loop: asyncio.AbstractEventLoop) -> asyncio.Task[Any] | None:
-        return _current_tasks.get(loop)
-
-
-_forks: Final = [0]  # how many times this process is a forked child
-
-
-def _after_fork_in_child() -> None:
-    _forks[0] += 1
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-@final
-class _Request:
-    """One request's deadline: the task it guards, where it is filed, what bounds moving it."""
-
-    __slots__ = (
-        "cancelling", "cap", "deadline", "ended", "expired", "route", "soon", "started", "table",
-        "task", "tick", "unfiled",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        table: _Table,
-        task: asyncio.Task[Any],
-        started: float,
-        deadline: float,
-        cap: float | None,
-        route: object,
-    ) -> None:
-        self.table = table  # the middleware's deadlines on the request's loop
-        self.route = route  # an ASGI scope or an aiohttp request: named only when asked
-        self.task = task
-        self.cancelling = task.cancelling()  # asyncio.timeout's accounting, see _Deadlines.end
-        self.started = started
-        self.deadline = deadline
-        self.cap = cap  # the inbound header's limit, in seconds from `started`
-        self.expired = False
-        self.ended = False
-        self.tick: _Tick | None = None  # the tick whose wheel entry guards it, once filed
-        self.soon: asyncio.Handle | None = None  # or a passed deadline, handed to call_soon
-        self.unfiled = True  # until _Table.file_started has seen it
-
-    def live(self) -> bool:
-        """Whether the deadline still guards the request (not ended, not expired)."""
-        return not (self.ended or self.expired)
-
-    def expire(self) -> None:
-        """The deadline has passed: cancel the request's task (once)."""
-        self.soon = None
-        if not (self.ended or self.expired):
-            self.expired = True
-            self.task.cancel()
-
-    def name(self) -> str:
-        """The request as the census names its deadline: its method and route (the route's
-        template where the framework has matched one, else the path)."""
-        route = self.route
-        match_info = getattr(route, "match_info", None)
-        if match_info is not None:  # an aiohttp request (a mapping too: asked first)
-            method = getattr(route, "method", "")
-            resource = getattr(getattr(match_info, "route", None), "resource", None)
-            canonical = getattr(resource, "canonical", None)
-            path = canonical if isinstance(canonical, str) else getattr(route, "path", "")
-        elif isinstance(route, Mapping):  # an ASGI scope
-            method = route.get("method", "")
-            matched = getattr(route.get("route"), "path", None)  # FastAPI's matched route
-            path = matched if isinstance(matched, str) else route.get("path", "")
-        else:
-            return "?"
-        return f"{method} {path}"
-
-
-@final
-class _Tick:
-    """The requests of one middleware, on one loop, whose deadlines fall in one tick: one wheel
-    entry for all of them, filed at the earliest of their deadlines."""
-
-    __slots__ = ("handle", "key", "members", "table", "timer", "when")
-
-    def __init__(self, table: _Table, key: int, when: float) -> None:
-        self.table = table
-        self.key = key
-        self.when = when
-        self.members: dict[_Request, None] = {}  # a set in arrival (so deadline) order
-        self.timer = table.timer
-        self.handle = table.timer.call_at(when, self)
-
-    def _census_name(self) -> str:
-        """What :func:`aiowheel.pending_timers` and :func:`aiowheel.timer_census` name this
-        entry by: its first request's method and route, and how many more it guards."""
-        members = self.members
-        if not members:
-            return "request deadline"
-        first = next(iter(members)).name()
-        more = len(members) - 1
-        return f"request deadline {first} +{more} more" if more else f"request deadline {first}"
-
-    def __call__(self) -> None:
-        """The wheel entry's callback (:meth:`expire_requests`)."""
-        self.expire_requests()
-
-    def expire_requests(self) -> None:
-        """The wheel entry's callback: cancel every member whose deadline has passed (all of
-        them, unless the tick straddles two of the wheel's ticks: the rest are filed again)."""
-        table = self.table
-        if table.ticks.get(self.key) is self:
-            del table.ticks[self.key]
-        now = table.loop.time()
-        members = self.members
-        self.members = {}
-        later = []
-        for request in members:
-            request.tick = None
-            if request.deadline <= now:
-                request.expire()
-            else:
-                later.append(request)
-        for request in later:  # never early: filed again for its own deadline
-            table.file(request)
-
-    def leave(self, request: _Request) -> None:
-        """``request`` is done (or moved): out of the tick; the entry cancelled once empty."""
-        members = self.members
-        del members[request]
-        request.tick = None
-        if not members:
-            self.handle.cancel()
-            ticks = self.table.ticks
-            if ticks.get(self.key) is self:
-                del ticks[self.key]
-
-
-@final
-class _Table:
-    """A middleware's deadlines on one loop: the requests started since the loop last ran its
-    ready callbacks (not filed yet), and the ticks of those filed."""
-
-    __slots__ = ("arming", "forks", "loop", "per_tick", "thread", "ticks", "timer", "unfiled")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.thread = _get_ident()  # where `loop` ran when this table was made
-        self.forks = _forks[0]
-        self.timer = timer = get_timer()
-        self.per_tick = 1.0 / timer.tick
-        self.ticks: dict[int, _Tick] = {}
-        self.unfiled: list[_Request] = []
-        self.arming = False  # file_started is scheduled
-
-    def file_started(self) -> None:
-        """A ready callback, one per loop iteration that started requests: file the deadline of
-        each that is still running (it has suspended: only now can a deadline reach it)."""
-        self.arming = False
-        started = self.unfiled
-        if not started:
-            return
-        self.unfiled = []
-        now = self.loop.time()
-        for request in started:
-            request.unfiled = False
-            if request.ended or request.expired or request.soon is not None:
-                continue
-            if request.deadline <= now:
-                request.expire()  # a deadline shorter than one loop iteration
-            else:
-                self.file(request)
-
-    def file(self, request: _Request) -> None:
-        """:meth:`join`, which never fails another request: should filing ``request`` raise,
-        the error goes to the loop's exception handler and the request's deadline is kept
-        on the loop's own ``call_at`` instead (a request is never left without one)."""
-        try:
-            self.join(request)
-        except Exception as exc:  # reported, and the deadline kept anyway
-            loop = self.loop
-            loop.call_exception_handler({
-                "message": "aiowheel.asgi: a request deadline could not be filed on the wheel; "
-                           "kept on the loop's call_at instead",
-                "exception": exc,
-            })  # fmt: skip
-            request.soon = loop.call_at(request.deadline, request.expire)
-
-    def join(self, request: _Request) -> None:
-        """Put ``request`` under the tick of its deadline (an entry filed for it if the tick
-        has none, or moved earlier if its deadline is the tick's earliest)."""
-        deadline = request.deadline
-        key = int(deadline * self.per_tick)
-        tick = self.ticks.get(key)
-        if tick is None:
-            if self.timer.closed():  # closed under us: the loop's timer now
-                self.timer = get_timer()
-            tick = self.ticks[key] = _Tick(self, key, deadline)
-        elif deadline < tick.when:  # a shorter deadline joined (an override, a cap)
-            handle = self.timer.call_at(deadline, tick)  # filed before the old one goes
-            tick.handle.cancel()
-            tick.when = deadline
-            tick.handle = handle
-        tick.members[request] = None
-        request.tick = tick
-
-
-@final
-class _Deadlines:
-    """A middleware's request deadlines: started, moved and ended here, for both middlewares
-    (see the module's docstring for the design)."""
-
-    __slots__ = ("_table", "_tables")
-
-    def __init__(self) -> None:
-        self._table: _Table | None = None  # the last loop's (one attribute: read atomically)
-        self._tables: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Table] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def start(self, seconds: float, cap: float | None, route: object) -> _Request:
-        """A deadline ``seconds`` from now for the current task (RuntimeError outside one):
-        noted, and filed on the wheel only if the request is still running when the loop next
-        runs its ready callbacks. ``route`` (the ASGI scope, or the aiohttp request) names it
-        in the census."""
-        # The last request's loop, if it is the one running this task: asked first because
-        # asking which loop runs (asyncio._get_running_loop) costs a getpid() system call on
-        # 3.11, a tenth of all this. Its current task is ours only if the loop runs in this
-        # thread: the loop ran here when the table was made, and it has a current task now
-        # (3.11's registry holds one only during a task's step), so it still runs here, short
-        # of a running loop handed to another thread while this one runs another loop.
-        table = self._table
-        task = None
-        if table is not None and table.thread == _get_ident() and table.forks == _forks[0]:
-            task = _current_task(table.loop)
-        if task is None:
-            loop = _get_running_loop()
-            task = None if loop is None else _current_task(loop)
-            if loop is None or task is None:
-                raise RuntimeError("a request deadline needs to run inside a task")
-            table = self._tables.get(loop)
-            if table is None or table.thread != _get_ident() or table.forks != _forks[0]:
-                table = self._tables[loop] = _Table(loop)
-            self._table = table
-        assert table is not None
-        loop = table.loop
-        now = loop.time()
-        request = _Request(table, task, now, now + seconds, cap, route)
-        table.unfiled.append(request)
-        if not table.arming:
-            table.arming = True
-            loop.call_soon(table.file_started)
-        return request
-
-    @staticmethod
-    def move(request: _Request, when: float) -> None:
-        """Give the live ``request`` the deadline ``when`` (loop time), later or sooner."""
-        tick = request.tick
-        if tick is not None:
-            tick.leave(request)
-        soon = request.soon
-        if soon is not None:
-            soon.cancel()
-            request.soon = None
-        request.deadline = when
-        table = request.table
-        if when <= table.loop.time():  # passed: handed to call_soon, as asyncio.timeout does
-            request.soon = table.loop.call_soon(request.expire)
-        elif not request.unfiled:
-            table.file(request)
-        # else file_started files it with this deadline
-
-    @staticmethod
-    def move_if_live(request: _Request, when: float) -> None:
-        """:meth:`move`, run on the loop's thread for a :func:`set_deadline` called in another
-        (a worker thread): nothing if the request has ended or expired meanwhile."""
-        if request.live():
-            _Deadlines.move(request, when)
-
-    @staticmethod
-    def disarm(request: _Request) -> None:
-        """The deadline no longer guards ``request``: out of its tick (or of the requests not
-        filed yet, or of ``call_soon``). Called when its app returns or raises, or earlier,
-        when its response is complete (:meth:`finish`)."""
-        request.ended = True
-        tick = request.tick
-        if tick is not None:
-            tick.leave(request)
-        else:
-            unfiled = request.table.unfiled
-            if unfiled and unfiled[-1] is request:
-                unfiled.pop()  # ended in its first step (the common case): never filed
-            soon = request.soon
-            if soon is not None:
-                soon.cancel()
-                request.soon = None
-
-    @staticmethod
-    def finish(request: _Request) -> None:
-        """The request's response is complete (its last body message handed to the server):
-        the deadline ends with it, so what the app still does in the request's task
-        (Starlette's ``BackgroundTasks``) runs without it. Nothing if the deadline has
-        already expired: its cancellation is on its way, and :meth:`end` accounts for it."""
-        if not (request.ended or request.expired):
-            _Deadlines.disarm(request)
-
-    @staticmethod
-    def end(request: _Request, exc: BaseException | None) -> bool:
-        """The request's app returned (``exc`` None) or raised ``exc``: its deadline is
-        disarmed; True if the deadline ended it (then the middleware answers or cuts off),
-        False if ``exc`` must propagate as it is.
-
-        asyncio.timeout's accounting, as :class:`aiowheel.Timeout` keeps it: once expired,
-        the task's cancellation is withdrawn (``uncancel``), and a ``CancelledError`` is the
-        deadline's only if no other cancellation is pending (an outside ``task.cancel()`` is
-        never swallowed). After :meth:`finish` (a complete response) nothing is the
-        deadline's: what the app raised then propagates as it is."""
-        if request.ended:  # finished: its response completed in time
-            return False
-        _Deadlines.disarm(request)
-        if not request.expired:
-            return isinstance(exc, BudgetExhausted)
-        remaining = request.task.uncancel()
-        if exc is None or isinstance(exc, TimeoutError):
-            return True  # swallowed its cancellation, or gave up on its own
-        return isinstance(exc, asyncio.CancelledError) and remaining <= request.cancelling
-
-
-_current: Final[contextvars.ContextVar[_Request | None]] = contextvars.ContextVar(
-    "aiowheel.asgi.request", default=None
-)
-
-
-def _guarded(task: object) -> float | None:
-    """The request deadline guarding ``task`` (for :func:`aiowheel.current_deadline`)."""
-    request = _current.get()
-    if request is None or request.task is not task or not request.live():
-        return None
-    return request.deadline
-
-
-_deadline_sources.append(_guarded)
-
-
-# The longest request deadline, in seconds (about 31 years): a longer `timeout`, override or
-# set_deadline() is this long. Beyond ~1e305 s a deadline could not even be filed (its tick
-# overflows); well before that, every such deadline means "none".
-_LONGEST: Final = 1e9
-
-
-def _positive(owner: str, name: str, value: object) -> float:
-    """``value`` as a positive finite float, at most :data:`_LONGEST`; else the one check's
-    error, naming ``owner`` (the function called) and ``name``."""
-    seconds = period(f"{owner}(): {name}", value)
-    return seconds if seconds <= _LONGEST else _LONGEST
-
-
-def _header_name(owner: str, header: object) -> str:
-    """``header=`` as the lower-case header name it names (an HTTP token), or a clear error
-    naming ``owner``: a name that is not latin-1 could never be looked up or sent."""
-    if not isinstance(header, str):
-        raise TypeError(
-            f"{owner}(): header must be a header name (a str) or None, got {type(header).__name__}"
-        )
-    if not _TOKEN.fullmatch(header.strip()):
-        raise ValueError(
-            f"{owner}(): header must be a header name (ASCII letters, digits and "
-            f"!#$%&'*+-.^_`|~) or None, got {header!r}"
-        )
-    return header.strip().lower()
-
-
-def _content_type(owner: str, content_type: object) -> str:
-    """``content_type=`` checked as a header value (latin-1, no control characters: what a
-    504 sends, and no header injection), or a clear error naming ``owner``."""
-    if not isinstance(content_type, str):
-        raise TypeError(f"{owner}(): content_type must be a str, got {type(content_type).__name__}")
-    if not _HEADER_VALUE.fullmatch(content_type):
-        raise ValueError(
-            f"{owner}(): content_type must be a header value (latin-1, no control "
-            f"characters), got {content_type!r}"
-        )
-    return content_type
-
-
-@final
-class _Settings:
-    """A middleware's checked configuration: the deadlines by path, the header, the answer."""
-
-    __slots__ = (
-        "body", "by_path", "content_type", "exact", "header", "owner", "prefixes", "status",
-        "timeout",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        owner: str,
-        timeout: object,
-        overrides: object,
-        header: object,
-        status: object,
-        body: object,
-        content_type: object,
-    ) -> None:
-        self.owner = owner
-        self.timeout = _positive(owner, "timeout", timeout)
-        self.exact: dict[str, float] = {}
-        prefixes: list[tuple[str, float]] = []
-        if overrides is not None:
-            if not isinstance(overrides, Mapping):
-                raise TypeError(
-                    f"{owner}(): overrides must be a mapping of paths to seconds, "
-                    f"got {type(overrides).__name__}"
-                )
-            for path, seconds in overrides.items():
-                if not isinstance(path, str):
-                    raise TypeError(
-                        f"{owner}(): overrides keys must be paths starting with '/', "
-                        f"got {type(path).__name__}"
-                    )
-                if not path.startswith("/"):
-                    raise ValueError(
-                        f"{owner}(): overrides keys must be paths starting with '/', got {path!r}"
-                    )
-                value = _positive(owner, f"overrides[{path!r}]", seconds)
-                if path.endswith("*"):
-                    prefixes.append((path[:-1], value))
-                else:
-                    self.exact[path] = value
-        prefixes.sort(key=lambda item: len(item[0]), reverse=True)  # the longest wins
-        self.prefixes = tuple(prefixes)
-        self.by_path = bool(self.exact or self.prefixes)  # else every request gets `timeout`
-        self.header: str | None = None if header is None else _header_name(owner, header)
-        if isinstance(status, bool) or not isinstance(status, int):
-            raise TypeError(
-                f"{owner}(): status must be an HTTP status code (an int), "
-                f"got {type(status).__name__}"
-            )
-        if not 100 <= status <= 599:
-            raise ValueError(f"{owner}(): status must be an HTTP status code, got {status!r}")
-        self.status: int = status
-        if not isinstance(body, bytes) and not callable(body):
-            raise TypeError(
-                f"{owner}(): body must be bytes or a function of Expired returning bytes, "
-                f"got {type(body).__name__}"
-            )
-        self.body: Body = body
-        self.content_type: str = _content_type(owner, content_type)
-
-    def seconds_for(self, *paths: str) -> float:
-        """The deadline, in seconds, of a request to the first of ``paths`` an override
-        names (exact before prefix), else the default."""
-        exact = self.exact
-        if exact:
-            for path in paths:
-                found = exact.get(path)
-                if found is not None:
-                    return found
-        for prefix, seconds in self.prefixes:
-            for path in paths:
-                if path.startswith(prefix):
-                    return seconds
-        return self.timeout
-
-    def answer(self, expired: Expired) -> bytes:
-        """The body of the deadline's answer (TypeError naming ``body`` if its function
-        returns anything but bytes)."""
-        body = self.body
-        if isinstance(body, bytes):
-            return body
-        made = body(expired)
-        if not isinstance(made, bytes):
-            raise TypeError(
-                f"{self.owner}(): body must return bytes from its Expired, "
-                f"got {type(made).__name__}"
-            )
-        return made
-
-
-_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
-_HEADER_VALUE: Final = re.compile(r"[\t\x20-\x7e\x80-\xff]*")  # latin-1, no controls
-
-_SECONDS: Final = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9})?")
-_GRPC: Final = re.compile(r"([0-9]{1,8})([HMSmun])")
-_GRPC_UNITS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-
-
-def parse_timeout_header(value: str) -> float | None:
-    """Seconds from an inbound deadline header's value, or None if it is not exactly a
-    positive number of seconds (``2.5``) or gRPC's form (``2500m``: at most 8 digits, then
-    one of ``H M S m u n``). Nothing lenient: no sign, exponent, spaces inside or ``inf``."""
-    if not isinstance(value, str):
-        raise TypeError(f"parse_timeout_header(): value must be a str, got {type(value).__name__}")
-    value = value.strip()
-    if _SECONDS.fullmatch(value):
-        seconds = float(value)
-    else:
-        match = _GRPC.fullmatch(value)
-        if match is None:
-            return None
-        seconds = int(match[1]) * _GRPC_UNITS[match[2]]
-    return seconds if seconds > 0 else None
-
-
-def _cap(owner: str, name: str, raw: str | None) -> float | None:
-    """The header's cap, or None (absent, or bad: then logged)."""
-    if raw is None:
-        return None
-    seconds = parse_timeout_header(raw)
-    if seconds is None:
-        logger.warning(
-            "%s: ignored the %s header %r (not a positive number of seconds, nor gRPC's "
-            "form such as 100m); the route's deadline applies",
-            owner, name, raw[:64],
-        )  # fmt: skip
-    return seconds
-
 
 # --- the ASGI middleware --------------------------------------------------------------------
 
@@ -734,10 +172,10 @@ class DeadlineMiddleware:
         if not callable(app):
             raise TypeError(f"DeadlineMiddleware(): app must be an ASGI app, got {app!r}")
         self.app = app
-        self._settings = _Settings(
+        self._settings = Settings(
             "DeadlineMiddleware", timeout, overrides, header, status, body, content_type
         )
-        self._deadlines = _Deadlines()
+        self._deadlines = Deadlines()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the app for one connection; ``http`` ones under their deadline."""
@@ -750,7 +188,10 @@ class DeadlineMiddleware:
             seconds = settings.seconds_for(scope.get("path", ""))
         cap = None
         if settings.header is not None:
-            cap = _cap("DeadlineMiddleware", settings.header, _header(scope, settings.header))
+            cap = inbound_cap(
+                "DeadlineMiddleware", settings.header, _header(scope, settings.header),
+                _client(scope), logger,
+            )  # fmt: skip
             if cap is not None and cap < seconds:
                 seconds = cap
         request = self._deadlines.start(seconds, cap, scope)
@@ -763,22 +204,22 @@ class DeadlineMiddleware:
             kind = message["type"]
             if kind == "http.response.body":
                 if not message.get("more_body", False) and not trailers:
-                    _Deadlines.finish(request)  # complete: the deadline ends with it
+                    Deadlines.finish(request)  # complete: the deadline ends with it
             elif kind == "http.response.start":
                 # Set before the send: once the server may have it, a 504 would be a second
                 # response, so a deadline from here on cuts the response off instead.
                 response_started = True
                 trailers = bool(message.get("trailers", False))
             elif _completes(kind, message):
-                _Deadlines.finish(request)
+                Deadlines.finish(request)
             return send(message)
 
-        token = _current.set(request)
+        token = current.set(request)
         try:
             await self.app(scope, receive, tracked_send)
         except BaseException as exc:
-            _current.reset(token)
-            if not _Deadlines.end(request, exc):
+            current.reset(token)
+            if not Deadlines.end(request, exc):
                 raise  # not the deadline's
             if response_started:  # too late to answer: the server aborts the response
                 if isinstance(exc, TimeoutError):
@@ -786,12 +227,12 @@ class DeadlineMiddleware:
                 raise TimeoutError() from exc
             await self._answer(send, scope, request)
         else:
-            _current.reset(token)
-            if _Deadlines.end(request, None) and not response_started:
+            current.reset(token)
+            if Deadlines.end(request, None) and not response_started:
                 # The endpoint swallowed its cancellation and returned without answering.
                 await self._answer(send, scope, request)
 
-    async def _answer(self, send: Send, scope: Scope, request: _Request) -> None:
+    async def _answer(self, send: Send, scope: Scope, request: Request) -> None:
         settings = self._settings
         now = request.table.loop.time()
         expired = Expired(scope.get("path", ""), request.started, request.deadline, now)
@@ -815,141 +256,24 @@ def _completes(kind: str, message: Message) -> bool:
     return kind == "http.response.pathsend"
 
 
-def _header(scope: Scope, name: str) -> str | None:
-    """The value of header ``name`` (lower case) in an ASGI scope, or None."""
+def _header(scope: Scope, name: str) -> list[str] | None:
+    """The values of header ``name`` (lower case) in an ASGI scope (more than one if the
+    client sent it more than once), or None."""
     wanted = name.encode("latin-1")
     headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", ())
+    found = None
     for key, value in headers:
         if key.lower() == wanted:
-            return value.decode("latin-1")
-    return None
+            if found is None:
+                found = [value.decode("latin-1")]
+            else:
+                found.append(value.decode("latin-1"))
+    return found
 
 
-# --- the budget, read and moved from inside the request -------------------------------------
+def _client(scope: Scope) -> object:
+    """The client's address (host), what a bad header's warnings are limited by."""
+    client = scope.get("client")
+    return client[0] if client else None
 
 
-def set_deadline(seconds: float) -> float:
-    """Move the current request's deadline to ``seconds`` after the request arrived (later
-    or sooner than the middleware's), within the inbound header's cap; returns the new
-    deadline in loop time. Call it anywhere in the request's task (or a task it started)::
-
-        async def export(request):
-            aiowheel.asgi.set_deadline(120)   # this route may take two minutes
-            ...
-
-    From a worker thread the request's context reached (a plain ``def`` FastAPI endpoint or
-    dependency, Starlette's ``run_in_threadpool``) the deadline is moved as well: the change
-    is filed on the loop's thread, and :func:`budget` in the worker reads the new deadline at
-    once. (A 504 does not stop the thread: see the docs, request deadlines.)
-
-    RuntimeError outside a request under :class:`DeadlineMiddleware` or
-    :func:`aiowheel.aiohttp.deadline_middleware`, once the deadline has expired, or once
-    the request has ended (its response complete). ``seconds`` above 10**9 (about 31 years)
-    is 10**9.
-    """
-    value = _positive("set_deadline", "seconds", seconds)
-    request = _current.get()
-    if request is None:
-        raise RuntimeError(
-            "set_deadline(): no request deadline here (call it in a request served under "
-            "aiowheel.asgi.DeadlineMiddleware or aiowheel.aiohttp.deadline_middleware)"
-        )
-    if request.expired:
-        raise RuntimeError("set_deadline(): the request's deadline has already expired")
-    if request.ended:
-        raise RuntimeError("set_deadline(): the request has ended")
-    if request.cap is not None and request.cap < value:
-        value = request.cap
-    when = request.started + value
-    table = request.table
-    if table.thread == _get_ident():
-        _Deadlines.move(request, when)
-    else:  # a worker thread: the wheel is the loop's, so the move is filed there
-        table.loop.call_soon_threadsafe(_Deadlines.move_if_live, request, when)
-        request.deadline = when  # what budget() reads here, until the loop moves it
-    return when
-
-
-def deadline(seconds: float) -> Callable[[], Awaitable[None]]:
-    """A FastAPI dependency giving a route its own deadline (:func:`set_deadline`)::
-
-        @app.get("/report", dependencies=[Depends(deadline(60))])
-
-    Async, so FastAPI runs it in the request's task (a plain ``def`` dependency would run in
-    a worker thread). ``seconds`` is checked here, when the route is declared."""
-    value = _positive("deadline", "seconds", seconds)
-
-    async def request_deadline() -> None:
-        set_deadline(value)
-
-    request_deadline.__qualname__ = f"deadline({value!r})"
-    return request_deadline
-
-
-def budget(minimum: float = 0.0) -> float | None:
-    """Seconds left before the current deadline, to hand to the next call; None if nothing
-    bounds the task. The deadline is the tighter of the request's (from the middleware, seen
-    also in tasks the request started) and every timeout guarding this task
-    (:func:`aiowheel.time_left`)::
-
-        await client.get(url, timeout=budget(0.05))                       # httpx
-        await session.get(url, timeout=aiohttp.ClientTimeout(total=budget()))
-        await conn.fetch(query, timeout=budget())                         # asyncpg
-
-    Raises :class:`BudgetExhausted` when none is left or less than ``minimum`` seconds:
-    fail fast instead of starting a call that cannot finish in time. Costs one pass over the
-    loop's pending timers (see :func:`aiowheel.current_deadline`).
-    """
-    return _budget(minimum, "budget()")
-
-
-def _minimum(minimum: object, where: str) -> float:
-    """A budget's ``minimum``: a number of seconds, >= 0 and finite (errors naming ``where``)."""
-    if isinstance(minimum, bool) or not isinstance(minimum, int | float):
-        raise TypeError(
-            f"{where}: minimum must be a number of seconds, got {type(minimum).__name__}"
-        )
-    if not 0 <= minimum < math.inf:
-        raise ValueError(f"{where}: minimum must be >= 0 and finite, got {minimum!r}")
-    return minimum
-
-
-def _budget(minimum: float, where: str) -> float | None:
-    """:func:`budget`, its errors naming ``where`` (the function called)."""
-    if minimum != 0.0:
-        minimum = _minimum(minimum, where)
-    left = time_left()
-    request = _current.get()
-    if request is not None and (request.expired or not request.ended):  # not once finished
-        own = max(0.0, request.deadline - request.table.loop.time())
-        if left is None or own < left:
-            left = own
-    if left is not None and (left <= 0.0 or left < minimum):
-        raise BudgetExhausted(
-            f"{left:.3f} s left of the deadline, under the {minimum:.3f} s this call needs"
-        )
-    return left
-
-
-def budget_header(minimum: float = 0.0, *, grpc: bool = False) -> str | None:
-    """The :func:`budget` as an outgoing deadline header's value, rounded down (a callee is
-    never told it has more time than is left): seconds (``"1.234"``), or with ``grpc=True``
-    gRPC's ``grpc-timeout`` form (``"1234m"``). None if nothing bounds the task::
-
-        headers = {"x-request-timeout": budget_header(0.05)}   # drop it if None
-
-    Raises :class:`BudgetExhausted` as :func:`budget` does (also when under 1 ms is left,
-    which neither form can say)."""
-    if not isinstance(grpc, bool):
-        raise TypeError(f"budget_header(): grpc must be a bool, got {type(grpc).__name__}")
-    left = _budget(minimum, "budget_header()")
-    if left is None:
-        return None
-    millis = math.floor(left * 1000)
-    if millis < 1:
-        raise BudgetExhausted(f"{left:.6f} s left of the deadline: under 1 ms")
-    if not grpc:
-        return f"{millis // 1000}.{millis % 1000:03d}"
-    if millis <= 99_999_999:  # gRPC: at most 8 digits
-        return f"{millis}m"
-    return f"{min(millis // 1000, 99_999_999)}S"

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import aiowheel._deadline
 import aiowheel.loops
 from tests import support
 
@@ -107,3 +108,10 @@ def _the_gil_stays_off() -> Iterator[None]:
             "the GIL is on after this test: something it imported has not declared itself "
             "free-threading safe (Py_mod_gil), and every later test runs with the GIL"
         )
+
+
+@pytest.fixture(autouse=True)
+def _bad_header_warnings_start_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test logs its own bad inbound deadline headers: the rate limit's memory (one
+    warning per client per minute) is the test's, not left over from an earlier one."""
+    monkeypatch.setattr(aiowheel._deadline, "_bad_headers", aiowheel._deadline._Warnings())

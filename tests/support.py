@@ -186,9 +186,17 @@ async def raw_call(
     return sent
 
 
-def http_scope(path: str = "/", headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
-    """An ASGI ``http`` scope for a GET of ``path``."""
-    return {"type": "http", "method": "GET", "path": path, "headers": headers or []}
+def http_scope(
+    path: str = "/",
+    headers: list[tuple[bytes, bytes]] | None = None,
+    client: tuple[str, int] | None = None,
+) -> dict[str, Any]:
+    """An ASGI ``http`` scope for a GET of ``path`` (from ``client``, if given)."""
+    scope: dict[str, Any] = {"type": "http", "method": "GET", "path": path}
+    scope["headers"] = headers or []
+    if client is not None:
+        scope["client"] = client
+    return scope
 
 
 # -- a real redis-server (aiowheel.redis; issue 51) --------------------------------------------

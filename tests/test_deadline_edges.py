@@ -157,7 +157,7 @@ async def test_set_deadline_through_asyncio_to_thread_moves_the_deadline_sooner(
     requests: list[object] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        requests.append(aiowheel.asgi._current.get())
+        requests.append(aiowheel._deadline.current.get())
         await asyncio.sleep(0.01)  # filed on the wheel by now
         await asyncio.to_thread(set_deadline, 0.05)  # moved: refiled on the loop's thread
         await asyncio.sleep(1)
@@ -201,14 +201,14 @@ async def test_a_huge_deadline_is_clamped_and_takes_no_other_request_s_away() ->
 async def test_a_deadline_that_cannot_be_filed_is_reported_and_kept_on_the_loop(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    join = aiowheel.asgi._Table.join
+    join = aiowheel._deadline._Table.join
 
     def failing(table: Any, request: Any) -> None:
         if request.route["path"] == "/bad":
             raise OverflowError("no room on the wheel")
         join(table, request)
 
-    monkeypatch.setattr(aiowheel.asgi._Table, "join", failing)
+    monkeypatch.setattr(aiowheel._deadline._Table, "join", failing)
     errors = collect_errors(asyncio.get_running_loop())
 
     async def app(scope: Any, receive: Any, send: Any) -> None:

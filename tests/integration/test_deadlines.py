@@ -22,6 +22,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -35,6 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import aiowheel
+import aiowheel._deadline
 import aiowheel.testing
 from aiowheel.aiohttp import deadline_middleware
 from aiowheel.asgi import (
@@ -296,11 +298,14 @@ async def test_the_inbound_header_caps_the_deadline(value: str, given: float) ->
 
 @ON_VIRTUAL
 async def test_a_bad_inbound_header_is_ignored_logged_and_the_default_applies(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bad = ["", "abc", "-1", "0", "0m", "1e3", "inf", "nan", "1.5.2", "+3", "123456789m", "2 S",
            "10h", "\u0661", "1" * 100]  # fmt: skip
     deadlines: list[float] = []
+    monkeypatch.setattr(aiowheel._deadline, "_bad_headers", aiowheel._deadline._Warnings())
+    now = [1000.0]
+    monkeypatch.setattr(aiowheel._deadline, "time", SimpleNamespace(monotonic=lambda: now[0]))
 
     def body(expired: Expired) -> bytes:
         deadlines.append(expired.deadline - expired.started)
@@ -310,16 +315,37 @@ async def test_a_bad_inbound_header_is_ignored_logged_and_the_default_applies(
         await asyncio.sleep(3600)
 
     middleware = DeadlineMiddleware(app, timeout=2, header="x-request-timeout", body=body)
+
+    async def call(values: list[str], client: str) -> None:
+        header = [(b"x-request-timeout", value.encode()) for value in values]
+        sent = await raw_call(middleware, http_scope(headers=header, client=(client, 5000)))
+        assert sent[0]["status"] == 504, values  # never a 500
+
+    def logged() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "aiowheel.asgi"]
+
     with caplog.at_level(logging.WARNING, logger="aiowheel.asgi"):
-        for value in bad:
-            header = [(b"x-request-timeout", value.encode())]
-            sent = await raw_call(middleware, http_scope(headers=header))
-            assert sent[0]["status"] == 504, value  # never a 500
-    assert deadlines == [2.0] * len(bad)
-    logged = [r for r in caplog.records if r.name == "aiowheel.asgi"]
-    assert len(logged) == len(bad)
-    assert "ignored the x-request-timeout header" in logged[1].getMessage()
-    assert all(r.levelno == logging.WARNING for r in logged)
+        for i, value in enumerate(bad):  # each from a client of its own
+            await call([value], f"10.0.0.{i}")
+        # Sent twice, even if each is good: which one the client meant is unknown.
+        await call(["1", "1.5"], "10.1.0.1")
+    assert deadlines == [2.0] * (len(bad) + 1)
+    # A flood of bad headers from many clients: the first ten in the minute are logged.
+    limit = aiowheel._deadline.WARNINGS_PER_MINUTE
+    assert len(logged()) == limit
+    assert "ignored the x-request-timeout header 'abc' from 10.0.0.1" in logged()[1].getMessage()
+    assert all(r.levelno == logging.WARNING for r in logged())
+    caplog.clear()
+    now[0] += 61.0  # a minute later, one client floods: logged once, saying what was left out
+    with caplog.at_level(logging.WARNING, logger="aiowheel.asgi"):
+        for _ in range(5):
+            await call(["soon"], "10.2.0.1")
+        await call(["1", "2"], "10.3.0.1")
+    (first, second) = logged()
+    assert "'soon' from 10.2.0.1" in first.getMessage()
+    assert f"({len(bad) + 1 - limit} more bad headers not logged)" in first.getMessage()
+    assert "'1, 2' from 10.3.0.1" in second.getMessage()
+    assert "(4 more bad headers not logged)" in second.getMessage()
 
 
 def test_the_header_parser_is_strict() -> None:
