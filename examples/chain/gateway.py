@@ -7,7 +7,8 @@
 - ``GET /work?id=I&seconds=S&gateway_burn=B``: blocks the loop B seconds (CPU work), then
   calls the service's ``/work`` with the other parameters (its backend query takes S seconds,
   after the service's own ``burn``); answers ``{"hop": "gateway",
-  "budget": ..., "service": <its answer>}``;
+  "budget": ..., "service": <its answer>}`` (the service's 504 as a 504, another error as a
+  502);
 - ``GET /stream?id=I&count=N&interval=S``: the service's ``/stream``;
 - ``GET /stats?ids=a,b``: the records (see ``examples.chain``) and the process's CPU seconds.
 
@@ -92,11 +93,11 @@ def build_app(service: str, mode: str) -> FastAPI:
                 record["budget"] = budget_seen(mode)
                 params = {k: v for k, v in request.query_params.items() if k != "gateway_burn"}
                 response = await clients["service"].get(path, params=params)
-            if response.status_code != 200:
+            if response.status_code != 200:  # the service's 504 (its deadline) passed on
                 return JSONResponse(
                     {"hop": "gateway", "budget": record["budget"], "service_status":
                      response.status_code},
-                    status_code=502,
+                    status_code=504 if response.status_code == 504 else 502,
                 )  # fmt: skip
             return {"hop": "gateway", "budget": record["budget"], "service": response.json()}
         except BaseException as error:
