@@ -76,9 +76,17 @@ class Records:
 
     def stats(self, ids: set[str] | None = None) -> dict[str, Any]:
         """The records (of ``ids`` only, if given), this process's CPU seconds (all its
-        threads: ``time.process_time()``) and the monotonic clock now."""
+        threads: ``time.process_time()``), the monotonic clock now, and the running loop's
+        class and whether it is a loop-mode loop (its timers on a wheel)."""
         records = self.items if ids is None else [r for r in self.items if r["id"] in ids]
-        return {"records": records, "cpu": time.process_time(), "now": time.monotonic()}
+        loop = asyncio.get_running_loop()
+        return {
+            "records": records,
+            "cpu": time.process_time(),
+            "now": time.monotonic(),
+            "loop": type(loop).__name__,
+            "loop_mode": aiowheel.timer_of(loop) is not None,
+        }
 
 
 def budget_seen(mode: str) -> float | None:

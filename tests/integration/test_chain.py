@@ -65,8 +65,8 @@ def get(
         conn.close()
 
 
-def records(chain: Chain, request_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Each hop's records of ``request_id``."""
+def stats(chain: Chain, request_id: str) -> dict[str, dict[str, Any]]:
+    """Each hop's stats, with its records of ``request_id`` only."""
     found = {}
     for hop, path in (
         ("gateway", ("gateway", "/stats")),
@@ -78,10 +78,15 @@ def records(chain: Chain, request_id: str) -> dict[str, list[dict[str, Any]]]:
             conn.request("GET", f"{path[1]}?ids={request_id}")
             response = conn.getresponse()
             assert response.status == 200
-            found[hop] = json.loads(response.read())["records"]
+            found[hop] = json.loads(response.read())
         finally:
             conn.close()
     return found
+
+
+def records(chain: Chain, request_id: str) -> dict[str, list[dict[str, Any]]]:
+    """Each hop's records of ``request_id``."""
+    return {hop: hop_stats["records"] for hop, hop_stats in stats(chain, request_id).items()}
 
 
 def ended(chain: Chain, request_id: str, within: float) -> dict[str, list[dict[str, Any]]]:
@@ -100,6 +105,8 @@ def ended(chain: Chain, request_id: str, within: float) -> dict[str, list[dict[s
 def chain(request: pytest.FixtureRequest) -> Iterator[Chain]:
     """The chain in propagated mode, on asyncio or on loop mode."""
     with started("propagated", loop_mode=request.param) as running:
+        for hop, hop_stats in stats(running, "").items():
+            assert hop_stats["loop_mode"] is request.param, (hop, hop_stats["loop"])
         yield running
     for name, process in running.processes.items():
         output: str = process.output  # type: ignore[attr-defined]
@@ -174,6 +181,8 @@ def test_stock_the_last_hop_runs_on_past_the_deadline(loop_mode: bool) -> None:
     # Each hop its own fixed timeout (10, 8, 6 s), nothing passed on: the client gives up
     # at 1 s, and the backend's query runs its full 3 s anyway.
     with started("stock", loop_mode=loop_mode) as chain:
+        for hop, hop_stats in stats(chain, "").items():
+            assert hop_stats["loop_mode"] is loop_mode, (hop, hop_stats["loop"])
         with pytest.raises(TimeoutError):
             get(chain, "/work?id=stock&seconds=3", deadline=1, timeout=1)
         deadline = time.monotonic()
