@@ -169,7 +169,7 @@ async def cpu_bursts(chains: dict[str, Chain], args: argparse.Namespace) -> dict
 
             before = cpu[name]()
             await asyncio.gather(*(worker() for _ in range(args.concurrency)))
-            return (cpu[name]() - before) / per_burst * 1e6
+            return float((cpu[name]() - before) / per_burst * 1e6)
 
         names = list(chains)
         for name in names:  # warm up: connections, imports, caches
