@@ -40,12 +40,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-from ._census import _deadline_sources, time_left
+from ._census import _deadline_sources, task_deadline, time_left
 from ._default import get_timer
 from ._validate import period
 
 __all__ = [
     "DEFAULT_BODY",
+    "DEFAULT_MARGIN",
     "Body",
     "BudgetExhausted",
     "Deadlines",
@@ -833,8 +834,17 @@ def outgoing(margin: float, where: str) -> float | None:
     """The seconds a client adapter gives the next hop: the :func:`budget` less ``margin``
     (the network's share, checked by the adapter when it was made), or None where nothing
     bounds the task. :class:`BudgetExhausted` (naming ``where``, the adapter) when no more
-    than ``margin`` is left: the call would be sent with no time to do anything."""
+    than ``margin`` is left: the call would be sent with no time to do anything.
+
+    The budget counts the deadlines of the tasks awaiting this one, too: a client library
+    that makes its call in a task of its own (``grpc.aio`` runs its interceptors in one, which
+    the caller awaits) works on the caller's behalf, under the caller's timeouts, and a
+    cancelled awaiter cancels the task it awaits (not through ``asyncio.shield``, which the
+    awaiter does not await directly: then nothing is counted)."""
     left = _budget(0.0, where)
+    waited = _awaiters_left(left)
+    if waited is not None and (left is None or waited < left):
+        left = waited
     if left is None:
         return None
     if left <= margin:
@@ -843,3 +853,45 @@ def outgoing(margin: float, where: str) -> float | None:
             "kept for the network: not sent"
         )
     return left - margin
+
+
+DEFAULT_MARGIN: Final = 0.005
+"""The seconds a client adapter keeps back for the network on each hop, by default.
+
+A deadline crosses the wire as a duration (``grpc-timeout``, ``x-request-timeout``), which the
+callee counts from when it arrives: without a margin it would see the time in transit more
+than the caller has left, and give up after the caller. 5 ms covers a hop within a data
+centre several times over, and keeps the callee's deadline before the caller's, so the callee
+gives up first and the caller hears why (504, ``DEADLINE_EXCEEDED``) instead of timing out
+itself. Across regions, pass a margin of the hop's round trip."""
+
+_AWAITERS: Final = 8  # how far up a chain of awaiting tasks the budget looks
+
+
+def _awaiters_left(left: float | None) -> float | None:
+    """The seconds left of the tightest deadline of the tasks awaiting the current one (and
+    those awaiting them, :data:`_AWAITERS` up), or None (no awaiter, or none bounded)."""
+    loop = _get_running_loop()
+    if loop is None:
+        return None
+    task = _current_task(loop)
+    found = None
+    for _ in range(_AWAITERS):
+        callbacks = getattr(task, "_callbacks", None)
+        if not callbacks:
+            break
+        for callback, _context in callbacks:  # a task's wake-up, bound to the awaiting task
+            awaiter = getattr(callback, "__self__", None)
+            if isinstance(awaiter, asyncio.Task):
+                break
+        else:
+            break
+        if awaiter.cancelling():
+            return 0.0
+        deadline = task_deadline(loop, awaiter)
+        if deadline is not None:
+            seconds = max(0.0, deadline - loop.time())
+            if found is None or seconds < found:
+                found = seconds
+        task = awaiter
+    return found
