@@ -78,9 +78,7 @@ def check_margin(owner: str, margin: object) -> float:
     """``margin`` as seconds: a number, >= 0 and finite (TypeError / ValueError naming
     ``owner``, the function the user called, and ``margin``)."""
     if isinstance(margin, bool) or not isinstance(margin, int | float):
-        raise TypeError(
-            f"{owner}: margin must be a number of seconds, got {type(margin).__name__}"
-        )
+        raise TypeError(f"{owner}: margin must be a number of seconds, got {type(margin).__name__}")
     if not 0 <= margin < math.inf:
         raise ValueError(f"{owner}: margin must be >= 0 and finite, got {margin!r}")
     return float(margin)
