@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_MARGIN",
     "SMALLEST",
     "Outgoing",
+    "Settings",
     "check_header",
     "check_margin",
     "header_value",
@@ -51,6 +52,7 @@ __all__ = [
     "outgoing",
     "outgoing_budget",
     "outgoing_header",
+    "settings",
 ]
 
 DEFAULT_HEADER: Final = "x-request-timeout"
@@ -100,6 +102,24 @@ def check_header(owner: str, header: object) -> str:
 def is_grpc(header: str) -> bool:
     """Whether ``header`` (lower case) is gRPC's, whose value takes gRPC's form (``1234m``)."""
     return header == "grpc-timeout"
+
+
+class Settings(NamedTuple):
+    """An adapter's arguments, checked once when it is made."""
+
+    header: str
+    """The deadline header's name, lower case."""
+    grpc: bool
+    """Whether its value takes gRPC's form (the header is ``grpc-timeout``)."""
+    margin: float
+    """Seconds taken off what the callee is told."""
+
+
+def settings(owner: str, header: object, margin: object) -> Settings:
+    """An adapter's ``header`` and ``margin``, checked (TypeError / ValueError naming
+    ``owner``, the function the user called, and the argument)."""
+    name = check_header(owner, header)
+    return Settings(name, is_grpc(name), check_margin(owner, margin))
 
 
 def outgoing_budget(margin: float) -> Outgoing | None:

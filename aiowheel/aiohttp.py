@@ -114,16 +114,8 @@ def _started(request: web.BaseRequest) -> bool:
 
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse  # noqa: E402
 
+from . import _propagate  # noqa: E402
 from ._default import timeout as _timeout  # noqa: E402
-from ._propagate import (  # noqa: E402
-    DEFAULT_HEADER,
-    DEFAULT_MARGIN,
-    check_header,
-    check_margin,
-    is_grpc,
-    outgoing_budget,
-    outgoing_header,
-)
 from .asgi import BudgetExhausted  # noqa: E402
 
 __all__ += ["propagate_deadline"]
@@ -132,7 +124,7 @@ ClientMiddleware = Callable[[ClientRequest, ClientHandlerType], Awaitable[Client
 
 
 def propagate_deadline(
-    header: str = DEFAULT_HEADER, *, margin: float = DEFAULT_MARGIN
+    header: str = _propagate.DEFAULT_HEADER, *, margin: float = _propagate.DEFAULT_MARGIN
 ) -> ClientMiddleware:
     """An aiohttp client middleware (aiohttp 3.12+) passing the current deadline on with every
     request, as :class:`aiowheel.httpx.DeadlineTransport` does (the same rules: margin,
@@ -148,16 +140,15 @@ def propagate_deadline(
     left, :class:`aiowheel.asgi.BudgetExhausted` and nothing is sent. Reading the body is
     bounded by the timeout that gave the budget. Outside any budget: untouched.
     Arguments are checked here (TypeError / ValueError naming ``propagate_deadline()``)."""
-    name = check_header("propagate_deadline()", header)
-    grpc = is_grpc(name)
-    seconds = check_margin("propagate_deadline()", margin)
+    settings = _propagate.settings("propagate_deadline()", header, margin)
+    name, grpc, seconds = settings.header, settings.grpc, settings.margin
 
     async def deadline_propagated(req: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
-        found = outgoing_budget(seconds)  # BudgetExhausted: nothing is sent
+        found = _propagate.outgoing_budget(seconds)  # BudgetExhausted: nothing is sent
         if found is None:
             return await handler(req)
         headers = req.headers
-        headers[name] = outgoing_header(found.callee, grpc, headers.getall(name, ()))
+        headers[name] = _propagate.outgoing_header(found.callee, grpc, headers.getall(name, ()))
         cap = _timeout(found.left)
         try:
             async with cap:

@@ -46,15 +46,7 @@ from typing import Final, final
 
 import httpx
 
-from ._propagate import (
-    DEFAULT_HEADER,
-    DEFAULT_MARGIN,
-    check_header,
-    check_margin,
-    is_grpc,
-    outgoing_budget,
-    outgoing_header,
-)
+from . import _propagate
 from .asgi import BudgetExhausted
 
 __all__ = ["DeadlineTransport"]
@@ -79,19 +71,17 @@ class DeadlineTransport(httpx.AsyncBaseTransport):
     Checked here (TypeError / ValueError naming ``DeadlineTransport()``), never per request.
     """
 
-    __slots__ = ("_grpc", "_header", "_margin", "transport")
+    __slots__ = ("_settings", "transport")
 
     def __init__(
         self,
         transport: httpx.AsyncBaseTransport | None = None,
         *,
-        header: str = DEFAULT_HEADER,
-        margin: float = DEFAULT_MARGIN,
+        header: str = _propagate.DEFAULT_HEADER,
+        margin: float = _propagate.DEFAULT_MARGIN,
     ) -> None:
         owner = "DeadlineTransport()"
-        self._header = check_header(owner, header)
-        self._grpc = is_grpc(self._header)
-        self._margin = check_margin(owner, margin)
+        self._settings = _propagate.settings(owner, header, margin)
         if transport is None:
             transport = httpx.AsyncHTTPTransport()
         elif not isinstance(transport, httpx.AsyncBaseTransport):
@@ -104,12 +94,15 @@ class DeadlineTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the wrapped transport with the deadline passed on."""
-        found = outgoing_budget(self._margin)  # BudgetExhausted: nothing is sent
+        settings = self._settings
+        found = _propagate.outgoing_budget(settings.margin)  # BudgetExhausted: nothing is sent
         if found is None:
             return await self.transport.handle_async_request(request)
-        name = self._header
+        name = settings.header
         headers = request.headers
-        headers[name] = outgoing_header(found.callee, self._grpc, headers.get_list(name))
+        headers[name] = _propagate.outgoing_header(
+            found.callee, settings.grpc, headers.get_list(name)
+        )
         capped = _cap(request, found.left)
         try:
             response = await self.transport.handle_async_request(request)

@@ -119,21 +119,6 @@ async def echo_app(scope: Any, receive: Any, send: Any) -> None:
 # --- httpx -------------------------------------------------------------------------------------
 
 
-@TIMEOUTS
-async def test_httpx_tells_a_real_server_what_is_left_under_a_timeout(
-    server: Server, timeout: Timeouts
-) -> None:
-    async with httpx.AsyncClient(transport=DeadlineTransport()) as client:
-        async with timeout(2):
-            left = budget()
-            response = await client.get(f"{server.url}/echo")
-        assert left is not None
-        told = seconds_of(response.json()["x-request-timeout"])
-        assert 0 < told <= left - 0.005  # the default margin off, rounded down
-        assert told > left - GENEROUS
-        assert re.fullmatch(r"\d+\.\d{3}", response.json()["x-request-timeout"])
-
-
 async def test_httpx_outside_any_budget_sends_no_header_and_leaves_the_timeouts(
     server: Server,
 ) -> None:
@@ -196,16 +181,6 @@ async def test_httpx_grpc_timeout_takes_grpc_s_form(server: Server) -> None:
     assert response.json()["x-request-timeout"] is None
 
 
-async def test_httpx_a_slow_callee_is_cut_at_the_caller_s_budget(server: Server) -> None:
-    async with httpx.AsyncClient(transport=DeadlineTransport()) as client:
-        started = time.monotonic()
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.5):
-                await client.get(f"{server.url}/slow")
-        assert time.monotonic() - started < 0.5 + GENEROUS
-    assert server.slow_started == 1
-
-
 async def test_httpx_through_asgi_transport_and_a_header_the_caller_set() -> None:
     transport = DeadlineTransport(httpx.ASGITransport(echo_app))
     async with httpx.AsyncClient(transport=transport, base_url="http://callee.test") as client:
@@ -244,25 +219,6 @@ async def test_httpx_in_a_chain_each_hop_is_told_no_more_than_its_caller_has() -
     assert 0 < seen["callee"]["left"] <= told  # the callee's own deadline: the header's
 
 
-async def test_httpx_a_task_the_request_started_is_cut_by_the_caps(server: Server) -> None:
-    # A task the request started reads its deadline (budget()), but the deadline cancels only
-    # the request's task: here the caps alone bound the call, and their timeout is the budget's.
-    spawned: list[asyncio.Task[httpx.Response]] = []
-    client = httpx.AsyncClient(transport=DeadlineTransport())
-
-    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
-        spawned.append(asyncio.create_task(client.get(f"{server.url}/slow")))
-        await asyncio.sleep(10)
-
-    front = httpx.ASGITransport(DeadlineMiddleware(endpoint, timeout=0.5))
-    async with client, httpx.AsyncClient(transport=front) as caller:
-        started = time.monotonic()
-        assert (await caller.get("http://caller.test/")).status_code == 504
-        with pytest.raises(BudgetExhausted, match="read timeout"):
-            await spawned[0]
-        assert time.monotonic() - started < 0.5 + GENEROUS
-
-
 async def test_httpx_transport_closes_and_enters_as_its_inner_one() -> None:
     inner = Recording()
     async with DeadlineTransport(inner) as transport:
@@ -278,23 +234,6 @@ async def test_httpx_transport_closes_and_enters_as_its_inner_one() -> None:
 
 def session(**options: Any) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(middlewares=[aiowheel.aiohttp.propagate_deadline(**options)])
-
-
-@TIMEOUTS
-async def test_aiohttp_tells_a_real_server_what_is_left_under_a_timeout(
-    server: Server, timeout: Timeouts
-) -> None:
-    async with session() as client:
-        async with timeout(2):
-            left = budget()
-            async with client.get(f"{server.url}/echo") as response:
-                got = await response.json()
-        async with client.get(f"{server.url}/echo") as response:
-            outside = await response.json()
-    assert left is not None
-    assert 0 < seconds_of(got["x-request-timeout"]) <= left - 0.005
-    assert seconds_of(got["x-request-timeout"]) > left - GENEROUS
-    assert outside == {"x-request-timeout": None, "grpc-timeout": None}
 
 
 async def test_aiohttp_grpc_form_and_a_header_the_caller_set(server: Server) -> None:
@@ -324,32 +263,6 @@ async def test_aiohttp_with_nothing_left_raises_budget_exhausted_and_sends_nothi
             with pytest.raises(BudgetExhausted, match="margin"):
                 await client.get(f"{server.url}/echo")
     assert server.seen == []
-
-
-async def test_aiohttp_a_slow_callee_is_cut_at_the_caller_s_budget(server: Server) -> None:
-    async with session() as client:
-        started = time.monotonic()
-        with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.5):
-                await client.get(f"{server.url}/slow")
-        assert time.monotonic() - started < 0.5 + GENEROUS
-    assert server.slow_started == 1
-
-
-async def test_aiohttp_a_task_the_request_started_is_cut_by_the_cap(server: Server) -> None:
-    spawned: list[asyncio.Task[aiohttp.ClientResponse]] = []
-
-    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
-        spawned.append(asyncio.create_task(client.get(f"{server.url}/slow")))
-        await asyncio.sleep(10)
-
-    front = httpx.ASGITransport(DeadlineMiddleware(endpoint, timeout=0.5))
-    async with session() as client, httpx.AsyncClient(transport=front) as caller:
-        started = time.monotonic()
-        assert (await caller.get("http://caller.test/")).status_code == 504
-        with pytest.raises(BudgetExhausted, match="no response"):
-            await spawned[0]
-        assert time.monotonic() - started < 0.5 + GENEROUS
 
 
 async def test_aiohttp_server_under_deadline_middleware_calls_onward(server: Server) -> None:
@@ -383,14 +296,87 @@ async def test_aiohttp_server_under_deadline_middleware_calls_onward(server: Ser
 # --- a background job: no request, a timeout of its own -----------------------------------------
 
 
+# --- both clients: the same contract ----------------------------------------------------------
+
+
+async def via_httpx(url: str) -> dict[str, Any]:
+    """GET ``url`` through an httpx client on a DeadlineTransport: the answer's JSON."""
+    async with httpx.AsyncClient(transport=DeadlineTransport()) as client:
+        response = await client.get(url)
+        response.raise_for_status()
+        answer: dict[str, Any] = response.json()
+        return answer
+
+
+async def via_aiohttp(url: str) -> dict[str, Any]:
+    """GET ``url`` through an aiohttp session with propagate_deadline: the answer's JSON."""
+    async with session() as client, client.get(url, raise_for_status=True) as response:
+        answer: dict[str, Any] = await response.json()
+        return answer
+
+
+Fetch = Callable[[str], Any]
+CLIENTS = pytest.mark.parametrize("fetch", [via_httpx, via_aiohttp], ids=["httpx", "aiohttp"])
+
+
+@CLIENTS
+@TIMEOUTS
+async def test_a_real_server_is_told_what_is_left_and_nothing_outside_a_budget(
+    server: Server, fetch: Fetch, timeout: Timeouts
+) -> None:
+    async with timeout(2):
+        left = budget()
+        got = await fetch(f"{server.url}/echo")
+    outside = await fetch(f"{server.url}/echo")
+    assert left is not None
+    told = seconds_of(got["x-request-timeout"])
+    assert 0 < told <= left - 0.005  # the default margin off, rounded down
+    assert told > left - GENEROUS
+    assert re.fullmatch(r"\d+\.\d{3}", got["x-request-timeout"])
+    assert outside == {"x-request-timeout": None, "grpc-timeout": None}
+
+
+@CLIENTS
+async def test_a_slow_callee_is_cut_at_the_caller_s_budget(server: Server, fetch: Fetch) -> None:
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.5):
+            await fetch(f"{server.url}/slow")
+    assert time.monotonic() - started < 0.5 + GENEROUS
+    assert server.slow_started == 1
+
+
+@pytest.mark.parametrize(
+    ("fetch", "cut"),
+    [(via_httpx, "read timeout"), (via_aiohttp, "no response")],
+    ids=["httpx", "aiohttp"],
+)
+async def test_a_task_the_request_started_is_cut_by_the_caps(
+    server: Server, fetch: Fetch, cut: str
+) -> None:
+    # A task the request started reads its deadline (budget()), but the deadline cancels only
+    # the request's task: here the caps alone bound the call, raising BudgetExhausted.
+    spawned: list[asyncio.Task[Any]] = []
+
+    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+        spawned.append(asyncio.create_task(fetch(f"{server.url}/slow")))
+        await asyncio.sleep(10)
+
+    front = httpx.ASGITransport(DeadlineMiddleware(endpoint, timeout=0.5))
+    async with httpx.AsyncClient(transport=front) as caller:
+        started = time.monotonic()
+        assert (await caller.get("http://caller.test/")).status_code == 504
+        with pytest.raises(BudgetExhausted, match=cut):
+            await spawned[0]
+        assert time.monotonic() - started < 0.5 + GENEROUS
+
+
 async def test_a_background_job_passes_its_timeout_on_through_both_clients(server: Server) -> None:
     async def job() -> tuple[float | None, str, str]:
         async with asyncio.timeout(1):
             left = budget()
-            async with httpx.AsyncClient(transport=DeadlineTransport()) as client:
-                by_httpx = (await client.get(f"{server.url}/echo")).json()
-            async with session() as client, client.get(f"{server.url}/echo") as response:
-                by_aiohttp = await response.json()
+            by_httpx = await via_httpx(f"{server.url}/echo")
+            by_aiohttp = await via_aiohttp(f"{server.url}/echo")
         return left, by_httpx["x-request-timeout"], by_aiohttp["x-request-timeout"]
 
     left, by_httpx, by_aiohttp = await asyncio.create_task(job())
