@@ -32,12 +32,18 @@ Pure: imports neither httpx nor aiohttp (the gRPC adapter may use :func:`outgoin
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from .asgi import BudgetExhausted, budget, parse_timeout_header
+from ._deadline import (
+    DEFAULT_MARGIN,
+    BudgetExhausted,
+    caller_left,
+    header_name,
+    header_value,
+    nonnegative,
+    parse_timeout_header,
+)
 
 __all__ = [
     "DEFAULT_HEADER",
@@ -45,11 +51,7 @@ __all__ = [
     "SMALLEST",
     "Outgoing",
     "Settings",
-    "check_header",
-    "check_margin",
-    "header_value",
     "is_grpc",
-    "outgoing",
     "outgoing_budget",
     "outgoing_header",
     "settings",
@@ -58,14 +60,8 @@ __all__ = [
 DEFAULT_HEADER: Final = "x-request-timeout"
 """The header the adapters send by default: what ``DeadlineMiddleware(header=...)`` reads."""
 
-DEFAULT_MARGIN: Final = 0.005
-"""Seconds taken off what each hop's callee is told, for the network (see the module)."""
-
 SMALLEST: Final = 0.001
 """The least a callee can be told: 1 ms, the finest either header form says here."""
-
-_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110's token
-
 
 class Outgoing(NamedTuple):
     """What a request made inside a budget gets."""
@@ -74,29 +70,6 @@ class Outgoing(NamedTuple):
     """Seconds left of the caller's deadline: the cap of the client's own timeouts."""
     callee: float
     """Seconds the callee is told: ``left`` less the margin, at least :data:`SMALLEST`."""
-
-
-def check_margin(owner: str, margin: object) -> float:
-    """``margin`` as seconds: a number, >= 0 and finite (TypeError / ValueError naming
-    ``owner``, the function the user called, and ``margin``)."""
-    if isinstance(margin, bool) or not isinstance(margin, int | float):
-        raise TypeError(f"{owner}: margin must be a number of seconds, got {type(margin).__name__}")
-    if not 0 <= margin < math.inf:
-        raise ValueError(f"{owner}: margin must be >= 0 and finite, got {margin!r}")
-    return float(margin)
-
-
-def check_header(owner: str, header: object) -> str:
-    """``header`` as a header name, lower case: an HTTP token (TypeError / ValueError naming
-    ``owner`` and ``header``)."""
-    if not isinstance(header, str):
-        raise TypeError(f"{owner}: header must be a header name (str), got {type(header).__name__}")
-    if not _TOKEN.fullmatch(header):
-        raise ValueError(
-            f"{owner}: header must be an HTTP header name (letters, digits and "
-            f"!#$%&'*+-.^_`|~, no spaces), got {header!r}"
-        )
-    return header.lower()
 
 
 def is_grpc(header: str) -> bool:
@@ -118,8 +91,8 @@ class Settings(NamedTuple):
 def settings(owner: str, header: object, margin: object) -> Settings:
     """An adapter's ``header`` and ``margin``, checked (TypeError / ValueError naming
     ``owner``, the function the user called, and the argument)."""
-    name = check_header(owner, header)
-    return Settings(name, is_grpc(name), check_margin(owner, margin))
+    name = header_name(owner.removesuffix("()"), header, optional=False)
+    return Settings(name, is_grpc(name), nonnegative(owner, "margin", margin))
 
 
 def outgoing_budget(margin: float) -> Outgoing | None:
@@ -127,7 +100,7 @@ def outgoing_budget(margin: float) -> Outgoing | None:
 
     Raises :class:`aiowheel.asgi.BudgetExhausted` when nothing is left, or less than
     ``margin`` + 1 ms: the request must not be sent."""
-    left = budget()
+    left = caller_left("the deadline's HTTP adapter")
     if left is None:
         return None
     callee = left - margin
@@ -137,27 +110,6 @@ def outgoing_budget(margin: float) -> Outgoing | None:
             f"1 ms the least a callee can be told; the request is not sent"
         )
     return Outgoing(left, callee)
-
-
-def outgoing(margin: float) -> float | None:
-    """Seconds to give the callee (what is left, less ``margin``); None outside any budget.
-    Raises :class:`aiowheel.asgi.BudgetExhausted` as :func:`outgoing_budget` does."""
-    found = outgoing_budget(margin)
-    return None if found is None else found.callee
-
-
-def header_value(seconds: float, grpc: bool) -> str:
-    """``seconds`` (at least 1 ms) as a deadline header's value, rounded down to the
-    millisecond: ``"1.234"``, or with ``grpc`` gRPC's form (``"1234m"``; at most 8 digits,
-    so whole seconds, ``"123456S"``, from about 27.8 hours; at most 99999999 s)."""
-    millis = math.floor(seconds * 1000)
-    if millis < 1:
-        raise ValueError(f"header_value(): seconds must be at least 0.001, got {seconds!r}")
-    if not grpc:
-        return f"{millis // 1000}.{millis % 1000:03d}"
-    if millis <= 99_999_999:
-        return f"{millis}m"
-    return f"{min(millis // 1000, 99_999_999)}S"
 
 
 def outgoing_header(callee: float, grpc: bool, explicit: Iterable[str] = ()) -> str:

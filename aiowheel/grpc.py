@@ -49,6 +49,7 @@ from ._deadline import (
     Request,
     Settings,
     current,
+    nonnegative,
     outgoing,
 )
 
@@ -258,18 +259,11 @@ class PropagateDeadline(
 
     def __init__(self, *, margin: float = DEFAULT_MARGIN) -> None:
         """Check ``margin`` (a number of seconds, >= 0 and finite)."""
-        if isinstance(margin, bool) or not isinstance(margin, int | float):
-            raise TypeError(
-                f"PropagateDeadline(): margin must be a number of seconds, "
-                f"got {type(margin).__name__}"
-            )
-        if not 0 <= margin < math.inf:
-            raise ValueError(f"PropagateDeadline(): margin must be >= 0 and finite, got {margin!r}")
-        self.margin: float = float(margin)
+        self.margin: float = nonnegative("PropagateDeadline()", "margin", margin)
 
     def _details(self, details: aio.ClientCallDetails) -> aio.ClientCallDetails:
         """``details`` with the budget as its timeout (or as they are, outside any)."""
-        left = outgoing(self.margin, "PropagateDeadline")
+        left = outgoing(self.margin, "PropagateDeadline()")
         if left is None:
             return details
         left = _representable(left)

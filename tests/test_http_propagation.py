@@ -21,7 +21,8 @@ from aiohttp import web
 import aiowheel
 import aiowheel.aiohttp
 import aiowheel.httpx
-from aiowheel._propagate import header_value, outgoing, outgoing_header
+from aiowheel._deadline import header_value, outgoing
+from aiowheel._propagate import outgoing_header
 from aiowheel.asgi import BudgetExhausted, DeadlineMiddleware, budget, parse_timeout_header
 from aiowheel.httpx import DeadlineTransport
 
@@ -393,9 +394,9 @@ BAD = [
     ({"margin": math.inf}, ValueError, "margin must be >= 0 and finite, got inf"),
     ({"margin": "x"}, TypeError, "margin must be a number of seconds, got str"),
     ({"margin": True}, TypeError, "margin must be a number of seconds, got bool"),
-    ({"header": "bad header"}, ValueError, "header must be an HTTP header name"),
-    ({"header": ""}, ValueError, "header must be an HTTP header name"),
-    ({"header": b"x-request-timeout"}, TypeError, "header must be a header name (str), got bytes"),
+    ({"header": "bad header"}, ValueError, "header must be a header name (ASCII"),
+    ({"header": ""}, ValueError, "header must be a header name (ASCII"),
+    ({"header": b"x-request-timeout"}, TypeError, "header must be a header name (a str), got"),
 ]
 
 
@@ -435,7 +436,7 @@ async def test_header_values_are_rounded_down_never_more_than_is_left() -> None:
     assert header_value(99_999.999, grpc=True) == "99999999m"  # 8 digits of ms: the most
     assert header_value(200_000.0, grpc=True) == "200000S"  # 9 digits of ms: whole seconds
     assert header_value(1e12, grpc=True) == "99999999S"
-    with pytest.raises(ValueError, match="at least 0.001"):
+    with pytest.raises(BudgetExhausted, match="under 1 ms"):  # neither form can say it
         header_value(0.0009, grpc=False)
     for seconds in (0.0015, 0.3, 2.9999, 12.3456):
         assert seconds_of(header_value(seconds, grpc=False)) <= seconds
