@@ -395,7 +395,11 @@ def current_deadline(loop: asyncio.AbstractEventLoop | None = None) -> float | N
     found = _current_task(loop, "current_deadline()")
     if found is None:
         return None
-    loop, task = found
+    return task_deadline(*found)
+
+
+def task_deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> float | None:
+    """:func:`current_deadline` of ``task``, a task of ``loop`` (running or not)."""
     deadlines = [view.deadline_for(task) for view in views_of(loop)]
     deadlines.extend(source(task) for source in _deadline_sources)
     for _handle, when, callback, _args, _traceback in _base_heap(loop):

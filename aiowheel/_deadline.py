@@ -40,12 +40,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-from ._census import _deadline_sources, time_left
+from ._census import _deadline_sources, task_deadline, time_left
 from ._default import get_timer
 from ._validate import period
 
 __all__ = [
     "DEFAULT_BODY",
+    "DEFAULT_MARGIN",
     "Body",
     "BudgetExhausted",
     "Deadlines",
@@ -54,10 +55,13 @@ __all__ = [
     "Settings",
     "budget",
     "budget_header",
+    "caller_left",
     "current",
     "deadline",
+    "header_name",
     "header_value",
     "inbound_cap",
+    "nonnegative",
     "outgoing",
     "parse_timeout_header",
     "positive",
@@ -471,17 +475,20 @@ def positive(owner: str, name: str, value: object) -> float:
     return seconds if seconds <= _LONGEST else _LONGEST
 
 
-def _header_name(owner: str, header: object) -> str:
+def header_name(owner: str, header: object, *, optional: bool = True) -> str:
     """``header=`` as the lower-case header name it names (an HTTP token), or a clear error
-    naming ``owner``: a name that is not latin-1 could never be looked up or sent."""
+    naming ``owner`` (the function called): a name that is not latin-1 could never be looked
+    up or sent. ``optional``: the error says None is accepted too (the caller handles it)."""
+    alternative = " or None" if optional else ""
     if not isinstance(header, str):
         raise TypeError(
-            f"{owner}(): header must be a header name (a str) or None, got {type(header).__name__}"
+            f"{owner}(): header must be a header name (a str){alternative}, "
+            f"got {type(header).__name__}"
         )
     if not _TOKEN.fullmatch(header.strip()):
         raise ValueError(
             f"{owner}(): header must be a header name (ASCII letters, digits and "
-            f"!#$%&'*+-.^_`|~) or None, got {header!r}"
+            f"!#$%&'*+-.^_`|~){alternative}, got {header!r}"
         )
     return header.strip().lower()
 
@@ -549,7 +556,7 @@ class Settings:
         prefixes.sort(key=lambda item: len(item[0]), reverse=True)  # the longest wins
         self.prefixes = tuple(prefixes)
         self.by_path = bool(self.exact or self.prefixes)  # else every request gets `timeout`
-        self.header: str | None = None if header is None else _header_name(owner, header)
+        self.header: str | None = None if header is None else header_name(owner, header)
         if isinstance(status, bool) or not isinstance(status, int):
             raise TypeError(
                 f"{owner}(): status must be an HTTP status code (an int), "
@@ -774,13 +781,18 @@ def budget(minimum: float = 0.0) -> float | None:
 
 def _minimum(minimum: object, where: str) -> float:
     """A budget's ``minimum``: a number of seconds, >= 0 and finite (errors naming ``where``)."""
-    if isinstance(minimum, bool) or not isinstance(minimum, int | float):
-        raise TypeError(
-            f"{where}: minimum must be a number of seconds, got {type(minimum).__name__}"
-        )
-    if not 0 <= minimum < math.inf:
-        raise ValueError(f"{where}: minimum must be >= 0 and finite, got {minimum!r}")
-    return minimum
+    return nonnegative(where, "minimum", minimum)
+
+
+def nonnegative(where: str, name: str, value: object) -> float:
+    """``value`` as seconds: a number, >= 0 and finite (a budget's ``minimum``, a client
+    adapter's ``margin``); else TypeError / ValueError naming ``where`` (the function
+    called, with its parentheses) and ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{where}: {name} must be a number of seconds, got {type(value).__name__}")
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{where}: {name} must be >= 0 and finite, got {value!r}")
+    return float(value)
 
 
 def _budget(minimum: float, where: str) -> float | None:
@@ -815,7 +827,7 @@ def budget_header(minimum: float = 0.0, *, grpc: bool = False) -> str | None:
     return None if left is None else header_value(left, grpc=grpc)
 
 
-def header_value(seconds: float, *, grpc: bool = False) -> str:
+def header_value(seconds: float, grpc: bool = False) -> str:
     """``seconds`` as a deadline header's value, rounded down to the millisecond: seconds
     (``"1.234"``), or gRPC's form (``"1234m"``, at most 8 digits: ``"100000S"`` beyond).
     :class:`BudgetExhausted` under 1 ms, which neither form can say."""
@@ -829,12 +841,12 @@ def header_value(seconds: float, *, grpc: bool = False) -> str:
     return f"{min(millis // 1000, 99_999_999)}S"
 
 
-def outgoing(margin: float, where: str) -> float | None:
-    """The seconds a client adapter gives the next hop: the :func:`budget` less ``margin``
+def outgoing(margin: float, where: str = "outgoing()") -> float | None:
+    """The seconds a client adapter gives the next hop: :func:`caller_left` less ``margin``
     (the network's share, checked by the adapter when it was made), or None where nothing
     bounds the task. :class:`BudgetExhausted` (naming ``where``, the adapter) when no more
     than ``margin`` is left: the call would be sent with no time to do anything."""
-    left = _budget(0.0, where)
+    left = caller_left(where)
     if left is None:
         return None
     if left <= margin:
@@ -843,3 +855,59 @@ def outgoing(margin: float, where: str) -> float | None:
             "kept for the network: not sent"
         )
     return left - margin
+
+
+def caller_left(where: str) -> float | None:
+    """:func:`budget` as a client adapter sees it: also bounded by the deadlines of the tasks
+    awaiting this one. A client library that makes its call in a task of its own
+    (``grpc.aio`` runs its interceptors in one, which the caller awaits) works on the
+    caller's behalf, under the caller's timeouts, and a cancelled awaiter cancels the task it
+    awaits (not through ``asyncio.shield``, which the awaiter does not await directly: then
+    nothing is counted). :class:`BudgetExhausted` (naming ``where``) when none is left."""
+    left = _budget(0.0, where)
+    waited = _awaiters_left()
+    if waited is not None and (left is None or waited < left):
+        left = waited
+    return left
+
+
+DEFAULT_MARGIN: Final = 0.005
+"""The seconds a client adapter keeps back for the network on each hop, by default.
+
+A deadline crosses the wire as a duration (``grpc-timeout``, ``x-request-timeout``), which the
+callee counts from when it arrives: without a margin it would see the time in transit more
+than the caller has left, and give up after the caller. 5 ms covers a hop within a data
+centre several times over, and keeps the callee's deadline before the caller's, so the callee
+gives up first and the caller hears why (504, ``DEADLINE_EXCEEDED``) instead of timing out
+itself. Across regions, pass a margin of the hop's round trip."""
+
+_AWAITERS: Final = 8  # how far up a chain of awaiting tasks the budget looks
+
+
+def _awaiters_left() -> float | None:
+    """The seconds left of the tightest deadline of the tasks awaiting the current one (and
+    those awaiting them, :data:`_AWAITERS` up), or None (no awaiter, or none bounded)."""
+    loop = _get_running_loop()
+    if loop is None:
+        return None
+    task = _current_task(loop)
+    found = None
+    for _ in range(_AWAITERS):
+        callbacks = getattr(task, "_callbacks", None)
+        if not callbacks:
+            break
+        for callback, _context in callbacks:  # a task's wake-up, bound to the awaiting task
+            awaiter = getattr(callback, "__self__", None)
+            if isinstance(awaiter, asyncio.Task):
+                break
+        else:
+            break
+        if awaiter.cancelling():
+            return 0.0
+        deadline = task_deadline(loop, awaiter)
+        if deadline is not None:
+            seconds = max(0.0, deadline - loop.time())
+            if found is None or seconds < found:
+                found = seconds
+        task = awaiter
+    return found

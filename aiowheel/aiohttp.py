@@ -114,3 +114,56 @@ def _started(request: web.BaseRequest) -> bool:
     ``StreamResponse``), which a second response can no longer replace."""
     writer = request.writer
     return writer is not None and writer.output_size > 0
+
+
+# --- the client side: the deadline passed on by aiohttp's ClientSession ----------------------
+
+from aiohttp import ClientHandlerType, ClientRequest, ClientResponse  # noqa: E402
+
+from . import _propagate  # noqa: E402
+from ._default import timeout as _timeout  # noqa: E402
+from .asgi import BudgetExhausted  # noqa: E402
+
+__all__ += ["propagate_deadline"]
+
+ClientMiddleware = Callable[[ClientRequest, ClientHandlerType], Awaitable[ClientResponse]]
+
+
+def propagate_deadline(
+    header: str = _propagate.DEFAULT_HEADER, *, margin: float = _propagate.DEFAULT_MARGIN
+) -> ClientMiddleware:
+    """An aiohttp client middleware (aiohttp 3.12+) passing the current deadline on with every
+    request, as :class:`aiowheel.httpx.DeadlineTransport` does (the same rules: margin,
+    rounding down, a header the caller set)::
+
+        session = aiohttp.ClientSession(middlewares=[propagate_deadline()])
+
+    Inside a budget (:func:`aiowheel.asgi.budget`): the ``header`` carries the seconds left
+    less ``margin`` (5 ms), rounded down (gRPC's form for ``grpc-timeout``); the request, up to
+    its response's headers, runs under a timeout of what is left (the session's timeouts are
+    kept: a middleware cannot raise or see them), raised as
+    :class:`aiowheel.asgi.BudgetExhausted` when it fires; with less than ``margin`` + 1 ms
+    left, :class:`aiowheel.asgi.BudgetExhausted` and nothing is sent. Reading the body is
+    bounded by the timeout that gave the budget. Outside any budget: untouched.
+    Arguments are checked here (TypeError / ValueError naming ``propagate_deadline()``)."""
+    settings = _propagate.settings("propagate_deadline()", header, margin)
+    name, grpc, seconds = settings.header, settings.grpc, settings.margin
+
+    async def deadline_propagated(req: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+        found = _propagate.outgoing_budget(seconds)  # BudgetExhausted: nothing is sent
+        if found is None:
+            return await handler(req)
+        headers = req.headers
+        headers[name] = _propagate.outgoing_header(found.callee, grpc, headers.getall(name, ()))
+        cap = _timeout(found.left)
+        try:
+            async with cap:
+                return await handler(req)
+        except TimeoutError as exc:
+            if not cap.expired():
+                raise  # not the cap's
+            raise BudgetExhausted(
+                f"the deadline passed: no response within the {found.left:.3f} s that were left"
+            ) from exc
+
+    return deadline_propagated

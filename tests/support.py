@@ -199,6 +199,24 @@ def http_scope(
     return scope
 
 
+# -- grpcio (aiowheel.grpc; issue 50) ---------------------------------------------------------
+
+REQUIRE_GRPC = "AIOWHEEL_REQUIRE_GRPC"
+"""Set to 1 (CI does, where grpcio has wheels) to make a missing grpcio fail the tests."""
+
+
+def need_grpc() -> None:
+    """Skip the calling test module where grpcio is not installed (no wheel for this
+    interpreter: 3.14t), or fail it if AIOWHEEL_REQUIRE_GRPC=1, saying how to get it."""
+    try:
+        import grpc.aio  # noqa: F401
+    except ImportError:
+        problem = "no grpcio: pip install -e '.[dev,grpc]' (it has no free-threaded wheel)"
+        if os.environ.get(REQUIRE_GRPC, "") not in ("", "0"):
+            pytest.fail(f"{problem} ({REQUIRE_GRPC} is set)")
+        pytest.skip(problem, allow_module_level=True)
+
+
 # -- a real redis-server (aiowheel.redis; issue 51) --------------------------------------------
 
 REQUIRE_REDIS = "AIOWHEEL_REQUIRE_REDIS"

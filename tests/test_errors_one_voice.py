@@ -30,6 +30,7 @@ import pytest
 import aiowheel
 import aiowheel.aiohttp
 import aiowheel.asgi
+import aiowheel.httpx
 import aiowheel.loops
 import aiowheel.otel
 import aiowheel.testing
@@ -334,6 +335,14 @@ ROWS: dict[str, Row] = {
         timeout=math.inf), V, "deadline_middleware()", "timeout"),
     "aiohttp.deadline_middleware-body": Row(NO, lambda e: aiowheel.aiohttp.deadline_middleware(
         timeout=1, body="late"), T, "deadline_middleware()", "body"),
+    "aiohttp.propagate_deadline": Row(NO, lambda e: aiowheel.aiohttp.propagate_deadline(
+        margin=-1), V, "propagate_deadline()", "margin"),
+    "aiohttp.propagate_deadline-header": Row(NO, lambda e: aiowheel.aiohttp.propagate_deadline(
+        "bad header"), V, "propagate_deadline()", "header"),
+    "httpx.DeadlineTransport": Row(NO, lambda e: aiowheel.httpx.DeadlineTransport(
+        margin="x"), T, "DeadlineTransport()", "margin"),
+    "httpx.DeadlineTransport-header": Row(NO, lambda e: aiowheel.httpx.DeadlineTransport(
+        header=b"x-request-timeout"), T, "DeadlineTransport()", "header"),
     # -- aiowheel.otel ---------------------------------------------------------------------------
     "otel.instrument-loop": Row(L, lambda e: aiowheel.otel.instrument("loop"), T, "instrument()",
                                 "loop"),
