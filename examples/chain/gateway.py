@@ -93,6 +93,11 @@ def build_app(service: str, mode: str) -> FastAPI:
                 record["budget"] = budget_seen(mode)
                 params = {k: v for k, v in request.query_params.items() if k != "gateway_burn"}
                 response = await clients["service"].get(path, params=params)
+            if response.status_code == 504 and mode == "propagated":
+                # The service's deadline (ours less a margin) passed: answered as ours, 504.
+                from aiowheel.asgi import BudgetExhausted
+
+                raise BudgetExhausted("the service's deadline passed")
             if response.status_code != 200:  # the service's 504 (its deadline) passed on
                 return JSONResponse(
                     {"hop": "gateway", "budget": record["budget"], "service_status":
