@@ -21,7 +21,8 @@ Figures, from each hop's own records (when each handler started and when its ``f
 ran, on the machine's one monotonic clock): the handler-seconds done below the gateway (the
 service's and the backend's) after the client's deadline, per request (stock: about
 2 x (work - deadline); goal 0); the time from the client's deadline until the last handler
-of the request, at any hop, had ended (p50, p99; goal p99 <= 20 ms); how many requests the
+of the request, at any hop, had ended (p50, p99; goal p99 <= 20 ms; negative: before the
+deadline, the callees' deadlines being the caller's less margins); how many requests the
 gateway answered 504 before the client gave up.
 
 CPU per request that meets its deadline, propagated against ``none`` (no deadline machinery
@@ -30,7 +31,7 @@ at all: no middleware, plain clients): the two chains run side by side, ``--fast
 between them; per burst, the CPU time of the three processes (every thread's, from
 ``/proc/PID/task/*/schedstat``) per request, and the ratio of the two (goal: <= 1.03).
 
-Figures are medians over the rounds, with the best and the worst. ``--quick``: one round,
+Figures are medians over the rounds, with the min and the max. ``--quick``: one round,
 small counts (a smoke test). Only 127.0.0.1 is contacted; every wait is bounded.
 """
 
@@ -203,7 +204,7 @@ def run_round(index: int, args: argparse.Namespace) -> dict[str, dict[str, float
 
 
 def spread(values: list[float], digits: int = 1) -> str:
-    """Median (best to worst)."""
+    """Median (min to max)."""
     return (
         f"{statistics.median(values):,.{digits}f} "
         f"({min(values):,.{digits}f} to {max(values):,.{digits}f})"
@@ -211,7 +212,7 @@ def spread(values: list[float], digits: int = 1) -> str:
 
 
 def table(raw: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> list[str]:
-    """The markdown tables: medians over the rounds (best to worst)."""
+    """The markdown tables: medians over the rounds (min to max)."""
 
     def col(mode: str, metric: str, digits: int = 1) -> str:
         return spread([r[metric] for r in raw[mode]], digits)
@@ -220,7 +221,7 @@ def table(raw: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> l
         f"Overload: {args.rate:g} requests/s for {args.duration:g} s, each with a "
         f"{args.deadline:g} s deadline and a {args.work:g} s backend query"
         f"{' (loop mode)' if args.loop_mode else ''}; medians over {args.rounds} rounds "
-        "(best to worst).",
+        "(min to max).",
         "",
         "| figure | stock | propagated | goal |",
         "|---|---|---|---|",

@@ -91,9 +91,8 @@ class Records:
 
 def budget_seen(mode: str) -> float | None:
     """The seconds left this hop sees: :func:`aiowheel.time_left` (the propagated deadline,
-    or the hop's own ``asyncio.timeout`` in stock mode); None in ``none`` mode."""
-    if mode == "none":
-        return None
+    or the hop's own ``asyncio.timeout`` in stock mode; None in ``none`` mode). Read in every
+    mode, so that what it costs is no part of a mode's cost."""
     return aiowheel.time_left()
 
 
