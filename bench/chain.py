@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -191,6 +192,7 @@ def run_round(index: int, args: argparse.Namespace) -> dict[str, dict[str, float
     """One round: the overload on stock and on propagated (the order alternating), then the
     CPU bursts, propagated against none."""
     figures = {}
+    load = os.getloadavg()[0]  # the machine's 1-minute load average: how shared it was
     order = ["stock", "propagated"] if index % 2 == 0 else ["propagated", "stock"]
     for mode in order:
         with started(mode, args.loop_mode, output=subprocess.DEVNULL) as chain:
@@ -200,6 +202,7 @@ def run_round(index: int, args: argparse.Namespace) -> dict[str, dict[str, float
         started("propagated", args.loop_mode, output=subprocess.DEVNULL) as propagated,
     ):
         figures["cpu"] = asyncio.run(cpu_bursts({"none": none, "propagated": propagated}, args))
+    figures["cpu"]["load_1m_at_start"] = load
     return figures
 
 
