@@ -63,21 +63,24 @@ GRACE = 0.25
 up; the figures are measured from the deadline itself."""
 
 
-def chain_cpu(chain: Chain) -> Callable[[], float]:
-    """A reader of the CPU seconds of the chain's three processes, every thread of each
-    (``/proc/PID/task/*/schedstat``: ns on a CPU); NaN where /proc has no such files."""
-    pids = [process.pid for process in chain.processes.values()]
+def chain_cpu(chain: Chain) -> Callable[[], dict[str, float]]:
+    """A reader of the CPU seconds of each of the chain's three processes, every thread of
+    each (``/proc/PID/task/*/schedstat``: ns on a CPU); NaN where /proc has no such files."""
+    pids = {name: process.pid for name, process in chain.processes.items()}
 
-    def read() -> float:
-        total = 0
-        try:
-            for pid in pids:
+    def read() -> dict[str, float]:
+        times = {}
+        for name, pid in pids.items():
+            total = 0
+            try:
                 for task in Path(f"/proc/{pid}/task").iterdir():
                     with contextlib.suppress(FileNotFoundError):  # a thread that just ended
                         total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return math.nan
-        return total / 1e9
+            except (OSError, ValueError, IndexError):
+                times[name] = math.nan
+            else:
+                times[name] = total / 1e9
+        return times
 
     return read
 
@@ -153,6 +156,7 @@ async def cpu_bursts(chains: dict[str, Chain], args: argparse.Namespace) -> dict
     between the chains; the medians, and the median of the per-burst ratios."""
     cpu = {name: chain_cpu(chain) for name, chain in chains.items()}
     per_request: dict[str, list[float]] = {name: [] for name in chains}
+    per_hop: dict[str, list[float]] = {}  # "none gateway": [us per request, per burst], ...
     not_ok = dict.fromkeys(chains, 0)
     per_burst = max(1, args.fast // args.bursts)
     headers = {"x-request-timeout": "30"}
@@ -171,11 +175,17 @@ async def cpu_bursts(chains: dict[str, Chain], args: argparse.Namespace) -> dict
 
             before = cpu[name]()
             await asyncio.gather(*(worker() for _ in range(args.concurrency)))
-            return float((cpu[name]() - before) / per_burst * 1e6)
+            after = cpu[name]()
+            for hop in after:
+                per_hop.setdefault(f"{name} {hop}", []).append(
+                    (after[hop] - before[hop]) / per_burst * 1e6
+                )
+            return (sum(after.values()) - sum(before.values())) / per_burst * 1e6
 
         names = list(chains)
         for name in names:  # warm up: connections, imports, caches
             await burst(name)
+        per_hop.clear()
         for index in range(args.bursts):
             for name in names if index % 2 == 0 else names[::-1]:
                 per_request[name].append(await burst(name))
@@ -185,6 +195,8 @@ async def cpu_bursts(chains: dict[str, Chain], args: argparse.Namespace) -> dict
         "propagated_cpu_us": statistics.median(per_request["propagated"]),
         "ratio": statistics.median(ratios),
         "not_ok": float(sum(not_ok.values())),
+        # Each process's share (us per request, the median burst): where a cost lies.
+        **{f"{key}_us".replace(" ", "_"): statistics.median(v) for key, v in per_hop.items()},
     }
 
 
@@ -245,6 +257,15 @@ def table(raw: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> l
         "|---|---|---|---|",
         f"| {col('cpu', 'none_cpu_us')} | {col('cpu', 'propagated_cpu_us')} | "
         f"{col('cpu', 'ratio', 3)} | <= 1.03 |",
+        "",
+        "Each process's share, us per request:",
+        "",
+        "| process | none | propagated |",
+        "|---|---|---|",
+        *(
+            f"| {hop} | {col('cpu', f'none_{hop}_us')} | {col('cpu', f'propagated_{hop}_us')} |"
+            for hop in ("gateway", "service", "backend")
+        ),
     ]
     return rows
 
