@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType
@@ -156,6 +156,28 @@ class _Namer:
 
     def origin(self, what: object, task: object, noted: object) -> str:
         return self.name(origin_key(what, task, noted))
+
+
+def _passed_for(loop: asyncio.AbstractEventLoop, task: object) -> float | None:
+    """The deadline of a timeout guarding ``task`` that had passed when it was entered (or
+    rescheduled): asyncio's ``timeout`` and aiowheel's hand it to ``loop.call_soon``, so it
+    waits among the ready callbacks, on no heap and no wheel, until the task is cancelled.
+    Read from asyncio's private ``loop._ready`` (asyncio's loops, loop mode's over them)."""
+    ready = getattr(loop, "_ready", None)
+    if not isinstance(ready, deque) or not ready:
+        return None
+    earliest: float | None = None
+    for handle in list(ready):
+        callback = getattr(handle, "_callback", None)
+        if getattr(callback, "__name__", None) != "_on_timeout":  # a bound method, compiled or not
+            continue
+        timeout: Any = getattr(callback, "__self__", None)
+        if getattr(timeout, "_task", None) is not task or handle.cancelled():
+            continue
+        when = timeout.when()
+        if isinstance(when, float | int) and (earliest is None or when < earliest):
+            earliest = when
+    return earliest
 
 
 def _base_heap(loop: asyncio.AbstractEventLoop) -> list[tuple[object, float, Any, Any, Any]]:
@@ -401,6 +423,7 @@ def current_deadline(loop: asyncio.AbstractEventLoop | None = None) -> float | N
 def task_deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> float | None:
     """:func:`current_deadline` of ``task``, a task of ``loop`` (running or not)."""
     deadlines = [view.deadline_for(task) for view in views_of(loop)]
+    deadlines.append(_passed_for(loop, task))
     deadlines.extend(source(task) for source in _deadline_sources)
     for _handle, when, callback, _args, _traceback in _base_heap(loop):
         if asyncio_timeout_task(callback) is task:

@@ -338,6 +338,11 @@ async def test_a_call_with_nothing_left_is_never_sent() -> None:
                     except BudgetExhausted as exc:
                         exhausted.append(exc)
         assert len(exhausted) == 1
+        with pytest.raises(TimeoutError):
+            # Passed when entered: its expiry (call_soon's) cancels the caller before grpc.aio's
+            # interceptor task runs, or the interceptor finds 0.0 left. Never sent, either way.
+            async with asyncio.timeout(0):
+                await call({"sleep": 0})
         assert server.work.started == 0
 
 
