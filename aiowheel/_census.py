@@ -33,10 +33,10 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import CodeType
+from types import CodeType, MethodType
 from typing import Any, Final, NamedTuple
 
-from ._observe import asyncio_timeout_task, classify, lag_bounds, origin_key
+from ._observe import _ASYNCIO_ON_TIMEOUT, classify, lag_bounds, origin_key
 from ._scheduled import is_wake_up
 from ._view import track_loop, views_of
 
@@ -156,6 +156,26 @@ class _Namer:
 
     def origin(self, what: object, task: object, noted: object) -> str:
         return self.name(origin_key(what, task, noted))
+
+
+def _heap_deadline_for(loop: asyncio.AbstractEventLoop, task: object) -> float | None:
+    """The earliest deadline of the timeouts (``asyncio.timeout``) guarding ``task`` on the base
+    loop's own heap (asyncio's loops: its private ``loop._scheduled``). What
+    :func:`_base_heap` would find, without making a row per handle: this pass is what a
+    client adapter pays per call (about 0.1 us per pending timer on stock asyncio)."""
+    scheduled = getattr(loop, "_scheduled", None)
+    if not isinstance(scheduled, list):
+        return None
+    earliest: float | None = None
+    for handle in list.__iter__(scheduled):  # the heap itself (loop mode's view: the wheels')
+        callback = getattr(handle, "_callback", None)
+        if type(callback) is not MethodType or callback.__func__ is not _ASYNCIO_ON_TIMEOUT:
+            continue
+        if getattr(callback.__self__, "_task", None) is task and not handle.cancelled():
+            when: float = handle.when()
+            if earliest is None or when < earliest:
+                earliest = when
+    return earliest
 
 
 def _passed_for(loop: asyncio.AbstractEventLoop, task: object) -> float | None:
@@ -425,9 +445,7 @@ def task_deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> f
     deadlines = [view.deadline_for(task) for view in views_of(loop)]
     deadlines.append(_passed_for(loop, task))
     deadlines.extend(source(task) for source in _deadline_sources)
-    for _handle, when, callback, _args, _traceback in _base_heap(loop):
-        if asyncio_timeout_task(callback) is task:
-            deadlines.append(when)
+    deadlines.append(_heap_deadline_for(loop, task))
     known = [deadline for deadline in deadlines if deadline is not None]
     return min(known) if known else None
 
