@@ -573,6 +573,14 @@ class Settings:
         self.body: Body = body
         self.content_type: str = _content_type(owner, content_type)
 
+    def cap(
+        self, raw: str | Sequence[str] | None, client: object, log: logging.Logger
+    ) -> float | None:
+        """:func:`inbound_cap` of this server's header (its values on a request from
+        ``client``; a bad one logged on ``log``, naming this adapter)."""
+        assert self.header is not None
+        return inbound_cap(self.owner, self.header, raw, client, log)
+
     def seconds_for(self, *paths: str) -> float:
         """The deadline, in seconds, of a request to the first of ``paths`` an override
         names (exact before prefix), else the default."""

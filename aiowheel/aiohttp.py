@@ -29,11 +29,13 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from aiohttp import web
+from aiohttp import ClientHandlerType, ClientRequest, ClientResponse, web
 
-from ._deadline import DEFAULT_BODY, Body, Deadlines, Expired, Settings, current, inbound_cap
+from . import _propagate
+from ._deadline import DEFAULT_BODY, Body, BudgetExhausted, Deadlines, Expired, Settings, current
+from ._default import timeout as _timeout
 
-__all__ = ["deadline_middleware"]
+__all__ = ["deadline_middleware", "propagate_deadline"]
 
 logger: Final = logging.getLogger("aiowheel.asgi")  # the request deadlines' one logger
 
@@ -65,21 +67,16 @@ def deadline_middleware(
     @web.middleware
     async def request_deadline(request: web.Request, handler: Handler) -> web.StreamResponse:
         if settings.by_path:
-            path = request.path
             route: Any = request.match_info.route
-            resource = getattr(route, "resource", None)
-            canonical = getattr(resource, "canonical", None) if resource is not None else None
-            seconds = settings.seconds_for(path, canonical) if canonical else None
-            if seconds is None:
-                seconds = settings.seconds_for(path)
+            canonical = getattr(getattr(route, "resource", None), "canonical", None)
+            paths = (request.path, canonical) if isinstance(canonical, str) else (request.path,)
+            seconds = settings.seconds_for(*paths)  # an exact path first, of either
         else:
             seconds = settings.timeout
         cap = None
         if settings.header is not None:
-            cap = inbound_cap(
-                "deadline_middleware", settings.header,
-                request.headers.getall(settings.header, None), request.remote, logger,
-            )  # fmt: skip
+            values = request.headers.getall(settings.header, None)
+            cap = settings.cap(values, request.remote, logger)
             if cap is not None and cap < seconds:
                 seconds = cap
         state = deadlines.start(seconds, cap, request)
@@ -118,13 +115,6 @@ def _started(request: web.BaseRequest) -> bool:
 
 # --- the client side: the deadline passed on by aiohttp's ClientSession ----------------------
 
-from aiohttp import ClientHandlerType, ClientRequest, ClientResponse  # noqa: E402
-
-from . import _propagate  # noqa: E402
-from ._default import timeout as _timeout  # noqa: E402
-from .asgi import BudgetExhausted  # noqa: E402
-
-__all__ += ["propagate_deadline"]
 
 ClientMiddleware = Callable[[ClientRequest, ClientHandlerType], Awaitable[ClientResponse]]
 

@@ -106,7 +106,6 @@ from ._deadline import (
     budget_header,
     current,
     deadline,
-    inbound_cap,
     parse_timeout_header,
     set_deadline,
 )
@@ -188,10 +187,7 @@ class DeadlineMiddleware:
             seconds = settings.seconds_for(scope.get("path", ""))
         cap = None
         if settings.header is not None:
-            cap = inbound_cap(
-                "DeadlineMiddleware", settings.header, _header(scope, settings.header),
-                _client(scope), logger,
-            )  # fmt: skip
+            cap = settings.cap(_header(scope, settings.header), _client(scope), logger)
             if cap is not None and cap < seconds:
                 seconds = cap
         request = self._deadlines.start(seconds, cap, scope)

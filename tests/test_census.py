@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 import aiowheel
+import aiowheel.loops
 import aiowheel.testing as testing
 from tests.support import Base
 
@@ -478,3 +479,25 @@ def test_pending_timers_is_what_a_model_says_is_pending(seed: int) -> None:
         return checks
 
     assert testing.run(main(), autojump=False) == 300
+
+
+@pytest.mark.parametrize("factory", [asyncio.new_event_loop, aiowheel.loops.asyncio_loop])
+def test_a_timeout_entered_after_its_deadline_leaves_no_time(factory: Any) -> None:
+    # Its expiry waits among the ready callbacks (call_soon, as asyncio does), on no heap and
+    # no wheel: time_left() is 0.0 there too, so a client adapter sends nothing (issue 50).
+    async def main() -> list[float | None]:
+        seen: list[float | None] = []
+        for timeout in (asyncio.timeout(0), asyncio.timeout(-5), aiowheel.get_timer().timeout(0)):
+            with pytest.raises(TimeoutError):
+                async with timeout:
+                    seen.append(aiowheel.time_left())
+                    await asyncio.sleep(1)
+        async with asyncio.timeout(30):
+            seen.append(whole(aiowheel.time_left() or -1))
+        return seen
+
+    loop = factory()
+    try:
+        assert loop.run_until_complete(main()) == [0.0, 0.0, 0.0, 30]
+    finally:
+        loop.close()

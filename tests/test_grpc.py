@@ -338,6 +338,11 @@ async def test_a_call_with_nothing_left_is_never_sent() -> None:
                     except BudgetExhausted as exc:
                         exhausted.append(exc)
         assert len(exhausted) == 1
+        with pytest.raises(TimeoutError):
+            # Passed when entered: its expiry (call_soon's) cancels the caller before grpc.aio's
+            # interceptor task runs, or the interceptor finds 0.0 left. Never sent, either way.
+            async with asyncio.timeout(0):
+                await call({"sleep": 0})
         assert server.work.started == 0
 
 
@@ -415,6 +420,69 @@ async def test_the_callee_is_never_told_more_than_the_caller_has_left() -> None:
         assert before is not None and after is not None
         assert after <= before, (before, after)
         assert after > before * 0.95 - 0.012  # not much less: 3-4%, the margin and 2 ms
+
+
+def raw_call(port: int, timeouts: list[str]) -> tuple[str | None, str | None]:
+    """A unary call to /test.Work/Unary over a raw HTTP/2 connection (h2), with the
+    ``grpc-timeout`` values given (grpc's own client sends none but its own): the call's
+    grpc-status and grpc-message."""
+    import socket
+
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    answer: dict[str, str] = {}
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        conn.initiate_connection()
+        headers = [(":method", "POST"), (":scheme", "http"), (":path", "/test.Work/Unary"),
+                   (":authority", f"127.0.0.1:{port}"), ("content-type", "application/grpc"),
+                   ("te", "trailers")]  # fmt: skip
+        headers += [("grpc-timeout", value) for value in timeouts]
+        conn.send_headers(1, headers)
+        body = dumps({"sleep": 0})
+        conn.send_data(1, b"\x00" + len(body).to_bytes(4, "big") + body, end_stream=True)
+        sock.sendall(conn.data_to_send())
+        ended = False
+        while not ended:
+            data = sock.recv(65535)
+            if not data:
+                break
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
+                    for key, value in event.headers:
+                        answer[bytes(key).decode()] = bytes(value).decode()
+                ended = ended or isinstance(event, h2.events.StreamEnded | h2.events.StreamReset)
+            sock.sendall(conn.data_to_send())
+    return answer.get("grpc-status"), answer.get("grpc-message")
+
+
+@ON_ASYNCIO
+async def test_a_bad_grpc_timeout_never_gives_a_method_more_than_its_own() -> None:
+    async with Server(DeadlineInterceptor(timeout=2)) as server:
+        port = int(server.target.rsplit(":", 1)[1])
+        loop = asyncio.get_running_loop()
+
+        async def call(*timeouts: str) -> tuple[str | None, str | None]:
+            return await loop.run_in_executor(None, raw_call, port, list(timeouts))
+
+        # Absurdly large: the method's own deadline. Repeated: gRPC's core takes one, and
+        # the method's own caps it.
+        assert await call("99999999H") == ("0", "")
+        assert await call("123456789m") == ("0", "")
+        assert await call("100m", "5S") == ("0", "")
+        assert await call("500m") == ("0", "")
+        absurd, absurd_ms, repeated, given = server.work.budgets
+        for seen in (absurd, absurd_ms, repeated):
+            assert seen is not None and 1.5 < seen <= 2.0 + EPS
+        assert given is not None and 0 < given <= 0.5 + EPS
+        # Malformed: gRPC's core refuses the call before any interceptor runs (INTERNAL), so
+        # nothing of the method runs at all: no deadline to apply, and none longer.
+        for bad in ("abc", "-1S", "1.5S", ""):
+            status, message = await call(bad)
+            assert status == "13" and "grpc-timeout" in (message or ""), (bad, status, message)
+        assert server.work.started == 4
 
 
 # --- bad input -----------------------------------------------------------------------------
