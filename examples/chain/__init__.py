@@ -26,6 +26,7 @@ This module is what the three share: the modes, their timeouts, the records.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -46,8 +47,9 @@ class Records:
     """Per request: when a hop's handler started and ended (``time.monotonic()``, one clock
     for every process of the machine), the budget it saw, and how it ended."""
 
-    def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
+    def __init__(self, keep: int = 100_000) -> None:
+        self.items: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
+        """The last ``keep`` records (a long-running example's memory stays bounded)."""
 
     def start(self, request_id: str, what: str) -> dict[str, Any]:
         """A new record, started now."""
@@ -78,7 +80,7 @@ class Records:
         """The records (of ``ids`` only, if given), this process's CPU seconds (all its
         threads: ``time.process_time()``), the monotonic clock now, and the running loop's
         class and whether it is a loop-mode loop (its timers on a wheel)."""
-        records = self.items if ids is None else [r for r in self.items if r["id"] in ids]
+        records = list(self.items) if ids is None else [r for r in self.items if r["id"] in ids]
         loop = asyncio.get_running_loop()
         return {
             "records": records,
