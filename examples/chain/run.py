@@ -156,12 +156,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--loop-mode", action="store_true", help="run each on loop mode")
     args = parser.parse_args(argv)
     mode = "stock" if args.stock else args.mode
+    # Ctrl-C, even where SIGINT came ignored (a job started with & by a script); SIGTERM too.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         with started(mode, args.loop_mode, args.port, output=None) as chain:
             for name in ("gateway", "service", "backend"):
                 print(f"{name}: 127.0.0.1:{chain.ports[name]}", flush=True)
             print(f"chain up ({mode}{', loop mode' if args.loop_mode else ''}): Ctrl-C stops it")
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
             while all(p.poll() is None for p in chain.processes.values()):
                 time.sleep(0.5)
             print("a service exited: stopping the others", file=sys.stderr)
