@@ -854,7 +854,7 @@ def outgoing(margin: float, where: str = "outgoing()") -> float | None:
     (the network's share, checked by the adapter when it was made), or None where nothing
     bounds the task. :class:`BudgetExhausted` (naming ``where``, the adapter) when no more
     than ``margin`` is left: the call would be sent with no time to do anything."""
-    left = caller_left(where)
+    left = caller_left(where)[0]
     if left is None:
         return None
     if left <= margin:
@@ -865,18 +865,38 @@ def outgoing(margin: float, where: str = "outgoing()") -> float | None:
     return left - margin
 
 
-def caller_left(where: str) -> float | None:
-    """:func:`budget` as a client adapter sees it: also bounded by the deadlines of the tasks
-    awaiting this one. A client library that makes its call in a task of its own
-    (``grpc.aio`` runs its interceptors in one, which the caller awaits) works on the
-    caller's behalf, under the caller's timeouts, and a cancelled awaiter cancels the task it
-    awaits (not through ``asyncio.shield``, which the awaiter does not await directly: then
-    nothing is counted). :class:`BudgetExhausted` (naming ``where``) when none is left."""
-    left = _budget(0.0, where)
+def caller_left(where: str) -> tuple[float | None, bool]:
+    """:func:`budget` as a client adapter sees it, and whether the deadline it comes from
+    cancels the current task when it passes (then a call awaited here ends with it, and needs
+    no timeout of its own).
+
+    Bounded also by the deadlines of the tasks awaiting this one: a client library that makes
+    its call in a task of its own (``grpc.aio`` runs its interceptors in one, which the caller
+    awaits) works on the caller's behalf, under the caller's timeouts, and a cancelled awaiter
+    cancels the task it awaits (not through ``asyncio.shield``, which the awaiter does not
+    await directly: then nothing is counted). A request's deadline read in a task the request
+    started (its context's) is not this task's: the adapter bounds the call itself.
+    :class:`BudgetExhausted` (naming ``where``) when none is left."""
+    left = time_left()
+    guarded = left is not None
+    request = current.get()
+    if request is not None and (request.expired or not request.ended):  # not once finished
+        own = max(0.0, request.deadline - request.table.loop.time())
+        if left is None or own < left:
+            left = own
+            guarded = request.task is _running_task()
     waited = _awaiters_left()
     if waited is not None and (left is None or waited < left):
-        left = waited
-    return left
+        left, guarded = waited, True
+    if left is not None and left <= 0.0:
+        raise BudgetExhausted(f"{left:.3f} s left of the deadline: {where} sends nothing")
+    return left, guarded
+
+
+def _running_task() -> asyncio.Task[Any] | None:
+    """The current task of the running loop, or None."""
+    loop = _get_running_loop()
+    return None if loop is None else _current_task(loop)
 
 
 DEFAULT_MARGIN: Final = 0.005

@@ -70,6 +70,10 @@ class Outgoing(NamedTuple):
     """Seconds left of the caller's deadline: the cap of the client's own timeouts."""
     callee: float
     """Seconds the callee is told: ``left`` less the margin, at least :data:`SMALLEST`."""
+    guarded: bool
+    """Whether the deadline cancels the calling task when it passes (see
+    :func:`aiowheel._deadline.caller_left`): then the call ends with it, and the adapter sets
+    no timeout of its own (a timer per read and write, in httpx)."""
 
 
 def is_grpc(header: str) -> bool:
@@ -100,7 +104,7 @@ def outgoing_budget(margin: float) -> Outgoing | None:
 
     Raises :class:`aiowheel.asgi.BudgetExhausted` when nothing is left, or less than
     ``margin`` + 1 ms: the request must not be sent."""
-    left = caller_left("the deadline's HTTP adapter")
+    left, guarded = caller_left("the deadline's HTTP adapter")
     if left is None:
         return None
     callee = left - margin
@@ -109,7 +113,7 @@ def outgoing_budget(margin: float) -> Outgoing | None:
             f"{left:.3f} s left of the deadline: under the {margin:.3f} s margin and the "
             f"1 ms the least a callee can be told; the request is not sent"
         )
-    return Outgoing(left, callee)
+    return Outgoing(left, callee, guarded)
 
 
 def outgoing_header(callee: float, grpc: bool, explicit: Iterable[str] = ()) -> str:

@@ -145,6 +145,8 @@ def propagate_deadline(
             return await handler(req)
         headers = req.headers
         headers[name] = _propagate.outgoing_header(found.callee, grpc, headers.getall(name, ()))
+        if found.guarded:  # the deadline cancels this task: the request ends with it
+            return await handler(req)
         cap = _timeout(found.left)
         try:
             async with cap:

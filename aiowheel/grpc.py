@@ -59,7 +59,7 @@ from ._deadline import (
     outgoing,
 )
 
-__all__ = ["BudgetExhausted", "DeadlineInterceptor", "PropagateDeadline"]
+__all__ = ["DeadlineInterceptor", "PropagateDeadline"]  # and BudgetExhausted, asgi's, imported
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only in the stubs
 
@@ -267,15 +267,16 @@ class PropagateDeadline(
         """Check ``margin`` (a number of seconds, >= 0 and finite)."""
         self.margin: float = nonnegative("PropagateDeadline()", "margin", margin)
 
-    def _details(self, details: aio.ClientCallDetails) -> aio.ClientCallDetails:
-        """``details`` with the budget as its timeout (or as they are, outside any)."""
+    def _details(self, details: aio.ClientCallDetails) -> aio.ClientCallDetails | None:
+        """``details`` with the budget as its timeout, or None if the call keeps its own (it
+        is shorter, or nothing bounds the caller)."""
         left = outgoing(self.margin, "PropagateDeadline()")
         if left is None:
-            return details
+            return None
         left = _representable(left)
         own = details.timeout
         if own is not None and own <= left:
-            return details
+            return None
         changed: aio.ClientCallDetails = details._replace(timeout=left)  # type: ignore[attr-defined]
         return changed
 
@@ -283,25 +284,73 @@ class PropagateDeadline(
         self, continuation: Any, client_call_details: aio.ClientCallDetails, request: Any
     ) -> Any:
         """A unary call, with the budget as its deadline."""
-        return await continuation(self._details(client_call_details), request)
+        changed = self._details(client_call_details)
+        if changed is None:
+            return await continuation(client_call_details, request)
+        return await _answered(await continuation(changed, request), changed)
 
     async def intercept_unary_stream(
         self, continuation: Any, client_call_details: aio.ClientCallDetails, request: Any
     ) -> Any:
         """A call with a stream of responses, with the budget as its deadline."""
-        return await continuation(self._details(client_call_details), request)
+        changed = self._details(client_call_details)
+        if changed is None:
+            return await continuation(client_call_details, request)
+        return _streamed_answers(await continuation(changed, request), changed)
 
     async def intercept_stream_unary(
         self, continuation: Any, client_call_details: aio.ClientCallDetails, request_iterator: Any
     ) -> Any:
         """A call with a stream of requests, with the budget as its deadline."""
-        return await continuation(self._details(client_call_details), request_iterator)
+        changed = self._details(client_call_details)
+        if changed is None:
+            return await continuation(client_call_details, request_iterator)
+        return await _answered(await continuation(changed, request_iterator), changed)
 
     async def intercept_stream_stream(
         self, continuation: Any, client_call_details: aio.ClientCallDetails, request_iterator: Any
     ) -> Any:
         """A call streaming both ways, with the budget as its deadline."""
-        return await continuation(self._details(client_call_details), request_iterator)
+        changed = self._details(client_call_details)
+        if changed is None:
+            return await continuation(client_call_details, request_iterator)
+        return _streamed_answers(await continuation(changed, request_iterator), changed)
+
+
+async def _answered(call: Any, details: aio.ClientCallDetails) -> Any:
+    """``call`` (a unary answer), once answered; its ``DEADLINE_EXCEEDED`` raised as
+    :class:`aiowheel.asgi.BudgetExhausted`: the deadline was the budget's, so a deadline
+    adapter above answers it as its own (504, ``DEADLINE_EXCEEDED``), as it answers an httpx
+    or aiohttp call cut by the budget. Any other outcome is the call's, seen by its caller
+    as without the interceptor."""
+    try:
+        await call
+    except aio.AioRpcError as exc:
+        _raise_budget(exc, details)
+    return call
+
+
+async def _streamed_answers(call: Any, details: aio.ClientCallDetails) -> AsyncIterator[Any]:
+    """The responses of ``call`` (a stream), its ``DEADLINE_EXCEEDED`` raised as
+    :class:`aiowheel.asgi.BudgetExhausted` (see :func:`_answered`). grpc.aio takes an async
+    iterator from an interceptor in place of the call, and keeps the call for the rest."""
+    try:
+        async for response in call:
+            yield response
+    except aio.AioRpcError as exc:
+        _raise_budget(exc, details)
+        raise
+
+
+def _raise_budget(exc: aio.AioRpcError, details: aio.ClientCallDetails) -> None:
+    """:class:`aiowheel.asgi.BudgetExhausted` from ``exc`` if it is ``DEADLINE_EXCEEDED``."""
+    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        method = details.method
+        name = method.decode("utf-8", "replace") if isinstance(method, bytes) else method
+        raise BudgetExhausted(
+            f"the deadline passed: the gRPC call {name} had the {details.timeout:.3f} s "
+            f"that were left of the budget ({exc.details()})"
+        ) from exc
 
 
 # grpc.aio's Channel files each interceptor under the first of the four kinds it is an instance

@@ -103,6 +103,8 @@ class DeadlineTransport(httpx.AsyncBaseTransport):
         headers[name] = _propagate.outgoing_header(
             found.callee, settings.grpc, headers.get_list(name)
         )
+        if found.guarded:  # the deadline cancels this task: the call ends with it
+            return await self.transport.handle_async_request(request)
         capped = _cap(request, found.left)
         try:
             response = await self.transport.handle_async_request(request)

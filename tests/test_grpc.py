@@ -52,6 +52,8 @@ def loads(data: bytes) -> Any:
 class Work:
     """What the handlers saw and did: the budget at the start, when their finally ran."""
 
+    raised: BaseException | None = None
+
     def __init__(self) -> None:
         self.budgets: list[float | None] = []
         self.left: list[float | None] = []
@@ -291,6 +293,9 @@ async def test_a_chain_each_hop_sees_less_than_its_caller_all_stop_at_the_first_
                 self.budgets.append(budget())
                 try:
                     return await last.unary()({"sleep": 5})
+                except BaseException as exc:
+                    self.raised = exc
+                    raise
                 finally:
                     self.ended.append(asyncio.get_running_loop().time())
 
@@ -317,6 +322,14 @@ async def test_a_chain_each_hop_sees_less_than_its_caller_all_stop_at_the_first_
             await server.stop(None)
     (middle,) = middle_work.budgets
     (lowest,) = last.work.budgets
+    # The last hop's DEADLINE_EXCEEDED (its deadline: the middle's budget, less the margin)
+    # reached the middle as BudgetExhausted, which its interceptor answers as its own deadline;
+    # or the middle's own deadline cancelled it first.
+    raised = middle_work.raised
+    assert isinstance(raised, BudgetExhausted | asyncio.CancelledError), repr(raised)
+    if isinstance(raised, BudgetExhausted):
+        assert "/test.Work/Unary" in str(raised)
+        assert isinstance(raised.__cause__, aio.AioRpcError)
     assert middle is not None and lowest is not None
     assert 0 < lowest < middle <= 0.5 + EPS  # the budget shrinks hop by hop, never grows
     assert middle_work.ended and last.work.ended

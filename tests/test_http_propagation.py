@@ -135,18 +135,38 @@ async def test_httpx_outside_any_budget_sends_no_header_and_leaves_the_timeouts(
 
 
 async def test_httpx_caps_each_timeout_by_what_is_left_and_never_raises_one() -> None:
+    # In a task the request started (its deadline cancels only the request's task), each of
+    # the client's timeouts is capped by what is left: the caps alone bound the call.
     inner = Recording()
     timeouts = httpx.Timeout(30, connect=0.25, pool=None)
+    seen: list[float | None] = []
     async with httpx.AsyncClient(transport=DeadlineTransport(inner), timeout=timeouts) as client:
-        async with asyncio.timeout(2):
-            left = budget()
+
+        async def call() -> None:
+            seen.append(budget())
             await client.get("http://callee.test/")
-    assert left is not None
-    sent = inner.requests[0].extensions["timeout"]
-    assert sent["connect"] == 0.25  # already under the budget: kept
-    for phase in ("read", "write", "pool"):  # 30 s and None: capped
-        assert 0 < sent[phase] <= left, (phase, sent)
-        assert sent[phase] > left - GENEROUS
+
+        async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+            await asyncio.wait([asyncio.create_task(call())])  # not awaited: not cancelled
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        front = httpx.ASGITransport(DeadlineMiddleware(endpoint, timeout=2))
+        async with httpx.AsyncClient(transport=front) as caller:
+            assert (await caller.get("http://caller.test/")).status_code == 200
+        (left,) = seen
+        assert left is not None
+        sent = inner.requests[0].extensions["timeout"]
+        assert sent["connect"] == 0.25  # already under the budget: kept
+        for phase in ("read", "write", "pool"):  # 30 s and None: capped
+            assert 0 < sent[phase] <= left, (phase, sent)
+            assert sent[phase] > left - GENEROUS
+        # In the task its deadline cancels, the call ends with that task: no timer of its own
+        # (httpx's timeouts are a timer per read and write), the header all the same.
+        async with asyncio.timeout(2):
+            await client.get("http://callee.test/")
+        assert inner.requests[1].extensions["timeout"] == timeouts.as_dict()
+        assert 0 < float(inner.requests[1].headers["x-request-timeout"]) <= 2
 
 
 async def test_httpx_with_nothing_left_raises_budget_exhausted_and_sends_nothing(

@@ -15,10 +15,10 @@
 header="x-request-timeout")`` (the caller's header caps the deadline; past it the handler is
 cancelled, its gRPC call with it, and the caller gets 504), and the channel's
 ``aiowheel.grpc.PropagateDeadline()`` sends each call with ``timeout=budget()`` (none left:
-``BudgetExhausted``, the call never sent; a call that ends ``DEADLINE_EXCEEDED`` is answered
-as the deadline, 504). ``stock``: the handler under its own
-``asyncio.timeout(8)``, the gRPC call with a fixed ``timeout=8``, whatever the caller's
-deadline. ``none``: neither.
+``BudgetExhausted``, the call never sent; a call that ends ``DEADLINE_EXCEEDED`` at the budget
+raises ``BudgetExhausted`` too, which the middleware answers as its deadline, 504).
+``stock``: the handler under its own ``asyncio.timeout(8)``, the gRPC call with a fixed
+``timeout=8``, whatever the caller's deadline. ``none``: neither.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -67,22 +67,6 @@ async def _own_timeout(mode: str) -> AsyncIterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def _deadline_as_budget() -> Iterator[None]:
-    """A gRPC call that ended ``DEADLINE_EXCEEDED`` (propagated: the deadline it was sent
-    with, this request's less a margin) raised as :class:`aiowheel.asgi.BudgetExhausted`,
-    which the deadline middleware answers as its own deadline: 504, not 500. (httpx's
-    ``DeadlineTransport`` does this itself for the timeouts it capped.)"""
-    try:
-        yield
-    except grpc.aio.AioRpcError as error:
-        if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
-            raise
-        from aiowheel.asgi import BudgetExhausted
-
-        raise BudgetExhausted(f"the backend's deadline passed: {error.details()}") from error
-
-
 def _call_timeout(mode: str) -> float | None:
     """The gRPC call's own timeout: stock's fixed one; None otherwise (propagated: the
     channel's interceptor sends the budget)."""
@@ -104,8 +88,7 @@ async def work(request: web.Request) -> web.Response:
                 f"/{SERVICE}/Work", request_serializer=dumps, response_deserializer=loads
             )
             message = {"id": record["id"], "seconds": float(request.query.get("seconds", "0"))}
-            with _deadline_as_budget():
-                answer = await call(message, timeout=_call_timeout(mode))
+            answer = await call(message, timeout=_call_timeout(mode))
         return web.json_response({"hop": "service", "budget": record["budget"], "backend": answer})
     except BaseException as error:
         exc = error
@@ -131,9 +114,8 @@ async def stream(request: web.Request) -> web.Response:
                 "interval": float(request.query.get("interval", "0.1")),
             }
             received = 0
-            with _deadline_as_budget():
-                async for _ in call(message, timeout=_call_timeout(mode)):
-                    received += 1
+            async for _ in call(message, timeout=_call_timeout(mode)):
+                received += 1
         return web.json_response(
             {"hop": "service", "budget": record["budget"], "received": received}
         )
