@@ -63,6 +63,8 @@ __all__ = ["DeadlineInterceptor", "PropagateDeadline"]  # and BudgetExhausted, a
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only in the stubs
 
+_WRAPPED: Final = 4096  # methods whose wrapped handler a DeadlineInterceptor keeps
+
 _NO_DEADLINE: Final = 1e9  # gRPC's time_remaining() for a call without one: more than this
 
 
@@ -83,7 +85,7 @@ class DeadlineInterceptor(aio.ServerInterceptor):
     (a call it could not finish in time) ends the call the same way.
     """
 
-    __slots__ = ("_deadlines", "_settings")
+    __slots__ = ("_deadlines", "_settings", "_wrapped")
 
     def __init__(
         self, timeout: float | None = None, *, overrides: Mapping[str, float] | None = None
@@ -94,6 +96,7 @@ class DeadlineInterceptor(aio.ServerInterceptor):
             "DeadlineInterceptor", own, overrides, None, keys="gRPC method names"
         )
         self._deadlines = Deadlines()
+        self._wrapped: dict[str, tuple[Handler, Handler]] = {}  # method: its handler, wrapped
 
     async def intercept_service(
         self,
@@ -105,9 +108,16 @@ class DeadlineInterceptor(aio.ServerInterceptor):
         if handler is None:
             return None
         method: str = handler_call_details.method
+        known = self._wrapped.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]  # a server's handlers are made once: so is their wrapping
         settings = self._settings
         seconds = settings.seconds_for(method) if settings.by_path else settings.timeout
-        return _wrapped(handler, self._deadlines, seconds, method)
+        wrapped = _wrapped(handler, self._deadlines, seconds, method)
+        if len(self._wrapped) >= _WRAPPED:
+            self._wrapped.clear()  # handlers made per call (unusual): kept no longer
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
 
 
 def _wrapped(
