@@ -641,6 +641,8 @@ def inbound_cap(
 ) -> float | None:
     """The inbound header's cap in seconds, or None: absent, or bad (not exactly one value
     :func:`parse_timeout_header` accepts; a header sent twice is bad too, whatever its values).
+    A header whose name ends in ``-ms`` is whole milliseconds instead (Envoy's
+    ``x-envoy-expected-rq-timeout-ms: 1500``).
 
     A bad header is logged on ``log`` as a warning naming ``owner`` and the header, at most
     once per ``client`` (its address, or any hashable naming it) per minute and
@@ -648,17 +650,32 @@ def inbound_cap(
     able to fill the server's log. The warnings left out are counted in the next one."""
     if raw is None:
         return None
+    parse = _milliseconds if name.endswith("-ms") else parse_timeout_header
     if isinstance(raw, str):
         value = raw
-        seconds = parse_timeout_header(raw)
+        seconds = parse(raw)
     else:
         if not raw:
             return None
         value = ", ".join(raw)
-        seconds = parse_timeout_header(raw[0]) if len(raw) == 1 else None
+        seconds = parse(raw[0]) if len(raw) == 1 else None
     if seconds is None:
         _bad_headers.warn(owner, name, value, client, log)
     return seconds
+
+
+_MILLIS: Final = re.compile(r"[0-9]{1,12}")
+
+
+def _milliseconds(value: str) -> float | None:
+    """Seconds from a header in whole milliseconds (a name ending in ``-ms``: Envoy's
+    ``x-envoy-expected-rq-timeout-ms``), or None if it is not a positive integer of at most
+    12 digits."""
+    value = value.strip()
+    if not _MILLIS.fullmatch(value):
+        return None
+    millis = int(value)
+    return millis / 1000 if millis > 0 else None
 
 
 WARNINGS_PER_MINUTE: Final = 10

@@ -72,9 +72,11 @@ A route's own deadline, three ways, each measured from the moment the request ar
 
 ``header="x-request-timeout"`` (opt-in, named by the user) lets the caller cap the deadline, as
 gRPC's ``grpc-timeout`` does: the value is seconds (``2.5``) or gRPC's form (``2500m``: digits
-then one of ``H M S m u n``). It only ever shortens the deadline, and :func:`set_deadline`
-cannot extend past it. A value that is not exactly one of those forms, or not positive, is
-ignored with a warning on the ``aiowheel.asgi`` logger: a malformed header never makes a 500.
+then one of ``H M S m u n``); a header whose name ends in ``-ms`` is whole milliseconds
+(Envoy's ``header="x-envoy-expected-rq-timeout-ms"``). It only ever shortens the deadline, and
+:func:`set_deadline` cannot extend past it. A value that is not exactly one of those forms,
+not positive, or sent twice is ignored with a warning on the ``aiowheel.asgi`` logger, once
+per client a minute (a client cannot fill the log): a malformed header never makes a 500.
 
 Passing the budget on: :func:`budget` is the seconds left (``httpx.get(url,
 timeout=budget())``, ``aiohttp.ClientTimeout(total=budget())``, asyncpg's
@@ -140,7 +142,8 @@ class DeadlineMiddleware:
     ``overrides``: ``{path: seconds}``, a route's own deadline, longer or shorter (keys are
     exact paths, or prefixes ending in ``*``; the longest prefix wins).
     ``header``: the name of an inbound header that may cap the deadline (seconds, or
-    gRPC's ``100m`` form); None (the default) reads none.
+    gRPC's ``100m`` form; milliseconds if the name ends in ``-ms``, as Envoy's
+    ``x-envoy-expected-rq-timeout-ms``); None (the default) reads none.
     ``status``, ``body``, ``content_type``: the answer when the deadline passes before a
     response has started; ``body`` may be a function of an :class:`Expired`.
 

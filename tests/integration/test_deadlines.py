@@ -348,6 +348,26 @@ async def test_a_bad_inbound_header_is_ignored_logged_and_the_default_applies(
     assert "(4 more bad headers not logged)" in second.getMessage()
 
 
+@ON_VIRTUAL
+async def test_envoys_milliseconds_header_caps_the_deadline() -> None:
+    # A header named ...-ms is whole milliseconds: Envoy's x-envoy-expected-rq-timeout-ms.
+    deadlines: list[float] = []
+
+    def body(expired: Expired) -> bytes:
+        deadlines.append(expired.deadline - expired.started)
+        return b"{}"
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.sleep(3600)
+
+    header = "x-envoy-expected-rq-timeout-ms"
+    middleware = DeadlineMiddleware(app, timeout=2, header=header, body=body)
+    for value in ("1500", "250", "999999999999", "1.5", "100m", "0", "-5"):
+        sent = await raw_call(middleware, http_scope(headers=[(header.encode(), value.encode())]))
+        assert sent[0]["status"] == 504
+    assert deadlines == pytest.approx([1.5, 0.25, 2.0, 2.0, 2.0, 2.0, 2.0])
+
+
 def test_the_header_parser_is_strict() -> None:
     good = {"2": 2.0, "2.5": 2.5, " 0.100 ": 0.1, "100m": 0.1, "3S": 3.0, "2M": 120.0,
             "1H": 3600.0, "1500u": 0.0015, "99999999n": 0.099999999}  # fmt: skip
