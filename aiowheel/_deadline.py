@@ -61,6 +61,7 @@ __all__ = [
     "header_name",
     "header_value",
     "inbound_cap",
+    "milliseconds",
     "nonnegative",
     "outgoing",
     "parse_timeout_header",
@@ -650,7 +651,7 @@ def inbound_cap(
     able to fill the server's log. The warnings left out are counted in the next one."""
     if raw is None:
         return None
-    parse = _milliseconds if name.endswith("-ms") else parse_timeout_header
+    parse = milliseconds if name.endswith("-ms") else parse_timeout_header
     if isinstance(raw, str):
         value = raw
         seconds = parse(raw)
@@ -667,7 +668,7 @@ def inbound_cap(
 _MILLIS: Final = re.compile(r"[0-9]{1,12}")
 
 
-def _milliseconds(value: str) -> float | None:
+def milliseconds(value: str) -> float | None:
     """Seconds from a header in whole milliseconds (a name ending in ``-ms``: Envoy's
     ``x-envoy-expected-rq-timeout-ms``), or None if it is not a positive integer of at most
     12 digits."""

@@ -32,6 +32,7 @@ Pure: imports neither httpx nor aiohttp (the gRPC adapter may use :func:`outgoin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
@@ -41,6 +42,7 @@ from ._deadline import (
     caller_left,
     header_name,
     header_value,
+    milliseconds,
     nonnegative,
     parse_timeout_header,
 )
@@ -51,7 +53,7 @@ __all__ = [
     "SMALLEST",
     "Outgoing",
     "Settings",
-    "is_grpc",
+    "form_of",
     "outgoing_budget",
     "outgoing_header",
     "settings",
@@ -76,9 +78,14 @@ class Outgoing(NamedTuple):
     no timeout of its own (a timer per read and write, in httpx)."""
 
 
-def is_grpc(header: str) -> bool:
-    """Whether ``header`` (lower case) is gRPC's, whose value takes gRPC's form (``1234m``)."""
-    return header == "grpc-timeout"
+def form_of(header: str) -> str:
+    """The form of ``header``'s value (lower case): ``"grpc"`` for ``grpc-timeout``
+    (``1234m``), ``"ms"`` for a name ending in ``-ms`` (whole milliseconds, Envoy's
+    ``x-envoy-expected-rq-timeout-ms``), else ``"seconds"`` (``1.234``): what the deadline
+    middlewares read under that name."""
+    if header == "grpc-timeout":
+        return "grpc"
+    return "ms" if header.endswith("-ms") else "seconds"
 
 
 class Settings(NamedTuple):
@@ -86,8 +93,8 @@ class Settings(NamedTuple):
 
     header: str
     """The deadline header's name, lower case."""
-    grpc: bool
-    """Whether its value takes gRPC's form (the header is ``grpc-timeout``)."""
+    form: str
+    """Its value's form: ``"seconds"``, ``"grpc"`` or ``"ms"`` (:func:`form_of`)."""
     margin: float
     """Seconds taken off what the callee is told."""
 
@@ -96,7 +103,7 @@ def settings(owner: str, header: object, margin: object) -> Settings:
     """An adapter's ``header`` and ``margin``, checked (TypeError / ValueError naming
     ``owner``, the function the user called, and the argument)."""
     name = header_name(owner.removesuffix("()"), header, optional=False)
-    return Settings(name, is_grpc(name), nonnegative(owner, "margin", margin))
+    return Settings(name, form_of(name), nonnegative(owner, "margin", margin))
 
 
 def outgoing_budget(margin: float) -> Outgoing | None:
@@ -116,17 +123,22 @@ def outgoing_budget(margin: float) -> Outgoing | None:
     return Outgoing(left, callee, guarded)
 
 
-def outgoing_header(callee: float, grpc: bool, explicit: Iterable[str] = ()) -> str:
-    """The one value the deadline header goes out with: the caller's own (``explicit``, the
-    values already on the request) if it is a valid deadline no larger than ``callee``, kept
-    as it is; otherwise :func:`header_value` of ``callee``."""
+def outgoing_header(callee: float, form: str, explicit: Iterable[str] = ()) -> str:
+    """The one value the deadline header goes out with, in ``form`` (:func:`form_of`): the
+    caller's own (``explicit``, the values already on the request) if it is a valid deadline
+    in that form no larger than ``callee``, kept as it is; otherwise ``callee`` rounded down
+    (:func:`aiowheel._deadline.header_value`, or whole milliseconds)."""
     kept: str | None = None
     smallest = callee
     for raw in explicit:
         value = raw.strip()
-        if grpc and not value[-1:].isalpha():  # gRPC's form ends in its unit
+        if form == "grpc" and not value[-1:].isalpha():  # gRPC's form ends in its unit
             continue
-        seconds = parse_timeout_header(value)
+        seconds = milliseconds(value) if form == "ms" else parse_timeout_header(value)
         if seconds is not None and seconds <= smallest:
             kept, smallest = value, seconds
-    return kept if kept is not None else header_value(callee, grpc)
+    if kept is not None:
+        return kept
+    if form == "ms":
+        return str(math.floor(callee * 1000))
+    return header_value(callee, form == "grpc")

@@ -137,14 +137,14 @@ def propagate_deadline(
     bounded by the timeout that gave the budget. Outside any budget: untouched.
     Arguments are checked here (TypeError / ValueError naming ``propagate_deadline()``)."""
     settings = _propagate.settings("propagate_deadline()", header, margin)
-    name, grpc, seconds = settings.header, settings.grpc, settings.margin
+    name, form, seconds = settings.header, settings.form, settings.margin
 
     async def deadline_propagated(req: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         found = _propagate.outgoing_budget(seconds)  # BudgetExhausted: nothing is sent
         if found is None:
             return await handler(req)
         headers = req.headers
-        headers[name] = _propagate.outgoing_header(found.callee, grpc, headers.getall(name, ()))
+        headers[name] = _propagate.outgoing_header(found.callee, form, headers.getall(name, ()))
         if found.guarded:  # the deadline cancels this task: the request ends with it
             return await handler(req)
         cap = _timeout(found.left)

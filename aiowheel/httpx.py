@@ -101,7 +101,7 @@ class DeadlineTransport(httpx.AsyncBaseTransport):
         name = settings.header
         headers = request.headers
         headers[name] = _propagate.outgoing_header(
-            found.callee, settings.grpc, headers.get_list(name)
+            found.callee, settings.form, headers.get_list(name)
         )
         if found.guarded:  # the deadline cancels this task: the call ends with it
             return await self.transport.handle_async_request(request)

@@ -464,12 +464,15 @@ async def test_header_values_are_rounded_down_never_more_than_is_left() -> None:
 
 
 async def test_the_explicit_header_rule() -> None:
-    assert outgoing_header(1.0, False, ["0.5"]) == "0.5"
-    assert outgoing_header(1.0, False, [" 250m "]) == "250m"  # either form, for x-request-timeout
-    assert outgoing_header(1.0, False, ["2", "0.75"]) == "0.75"  # the smallest valid one
-    assert outgoing_header(1.0, False, ["2"]) == "1.000"
-    assert outgoing_header(1.0, False, ["-1", "0", "1e-3"]) == "1.000"
-    assert outgoing_header(1.0, True, ["0.5"]) == "1000m"  # gRPC's header takes gRPC's form
+    assert outgoing_header(1.0, "seconds", ["0.5"]) == "0.5"
+    assert outgoing_header(1.0, "seconds", [" 250m "]) == "250m"  # either form, seconds header
+    assert outgoing_header(1.0, "seconds", ["2", "0.75"]) == "0.75"  # the smallest valid one
+    assert outgoing_header(1.0, "seconds", ["2"]) == "1.000"
+    assert outgoing_header(1.0, "seconds", ["-1", "0", "1e-3"]) == "1.000"
+    assert outgoing_header(1.0, "grpc", ["0.5"]) == "1000m"  # gRPC's header takes gRPC's form
+    assert outgoing_header(1.2349, "ms") == "1234"  # a ...-ms header: whole milliseconds
+    assert outgoing_header(1.0, "ms", ["250"]) == "250"
+    assert outgoing_header(1.0, "ms", ["0.5", "2000"]) == "1000"
 
 
 async def test_outgoing_is_none_outside_a_budget_and_the_margin_off_inside() -> None:
