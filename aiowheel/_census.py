@@ -158,7 +158,7 @@ class _Namer:
         return self.name(origin_key(what, task, noted))
 
 
-def _heap_deadline_for(loop: asyncio.AbstractEventLoop, task: object) -> float | None:
+def _heap_deadline_for(loop: asyncio.AbstractEventLoop, tasks: tuple[object, ...]) -> float | None:
     """The earliest deadline of the timeouts (``asyncio.timeout``) guarding ``task`` on the base
     loop's own heap (asyncio's loops: its private ``loop._scheduled``). What
     :func:`_base_heap` would find, without making a row per handle: this pass is what a
@@ -168,17 +168,17 @@ def _heap_deadline_for(loop: asyncio.AbstractEventLoop, task: object) -> float |
         return None
     earliest: float | None = None
     for handle in list.__iter__(scheduled):  # the heap itself (loop mode's view: the wheels')
-        callback = getattr(handle, "_callback", None)
+        callback = getattr(handle, "_callback", None)  # None once cancelled
         if type(callback) is not MethodType or callback.__func__ is not _ASYNCIO_ON_TIMEOUT:
             continue
-        if getattr(callback.__self__, "_task", None) is task and not handle.cancelled():
+        if getattr(callback.__self__, "_task", None) in tasks and not handle.cancelled():
             when: float = handle.when()
             if earliest is None or when < earliest:
                 earliest = when
     return earliest
 
 
-def _passed_for(loop: asyncio.AbstractEventLoop, task: object) -> float | None:
+def _passed_for(loop: asyncio.AbstractEventLoop, tasks: tuple[object, ...]) -> float | None:
     """The deadline of a timeout guarding ``task`` that had passed when it was entered (or
     rescheduled): asyncio's ``timeout`` and aiowheel's hand it to ``loop.call_soon``, so it
     waits among the ready callbacks, on no heap and no wheel, until the task is cancelled.
@@ -192,7 +192,7 @@ def _passed_for(loop: asyncio.AbstractEventLoop, task: object) -> float | None:
         if getattr(callback, "__name__", None) != "_on_timeout":  # a bound method, compiled or not
             continue
         timeout: Any = getattr(callback, "__self__", None)
-        if getattr(timeout, "_task", None) is not task or handle.cancelled():
+        if getattr(timeout, "_task", None) not in tasks or handle.cancelled():
             continue
         when = timeout.when()
         if isinstance(when, float | int) and (earliest is None or when < earliest):
@@ -440,12 +440,13 @@ def current_deadline(loop: asyncio.AbstractEventLoop | None = None) -> float | N
     return task_deadline(*found)
 
 
-def task_deadline(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> float | None:
-    """:func:`current_deadline` of ``task``, a task of ``loop`` (running or not)."""
-    deadlines = [view.deadline_for(task) for view in views_of(loop)]
-    deadlines.append(_passed_for(loop, task))
-    deadlines.extend(source(task) for source in _deadline_sources)
-    deadlines.append(_heap_deadline_for(loop, task))
+def task_deadline(loop: asyncio.AbstractEventLoop, *tasks: asyncio.Task[Any]) -> float | None:
+    """:func:`current_deadline` of ``tasks`` (the earliest of any of them: one pass over the
+    timers for all), tasks of ``loop``, running or not."""
+    deadlines = [view.deadline_for(tasks) for view in views_of(loop)]
+    deadlines.append(_passed_for(loop, tasks))
+    deadlines.extend(source(task) for source in _deadline_sources for task in tasks)
+    deadlines.append(_heap_deadline_for(loop, tasks))
     known = [deadline for deadline in deadlines if deadline is not None]
     return min(known) if known else None
 

@@ -893,28 +893,31 @@ def caller_left(where: str) -> tuple[float | None, bool]:
     awaits) works on the caller's behalf, under the caller's timeouts, and a cancelled awaiter
     cancels the task it awaits (not through ``asyncio.shield``, which the awaiter does not
     await directly: then nothing is counted). A request's deadline read in a task the request
-    started (its context's) is not this task's: the adapter bounds the call itself.
+    started (its context's) is not this task's: the adapter bounds the call itself. One pass
+    over the loop's timers for the task and its awaiters together.
     :class:`BudgetExhausted` (naming ``where``) when none is left."""
-    left = time_left()
+    left: float | None = None
+    chain: list[asyncio.Task[Any]] = []
+    loop = _get_running_loop()
+    task = None if loop is None else _current_task(loop)
+    if loop is not None and task is not None:
+        chain = _awaited_by(task)
+        if any(waiting.cancelling() for waiting in chain):
+            left = 0.0  # a timeout of one of them expired: nothing left to hand on
+        else:
+            deadline = task_deadline(loop, *chain)
+            if deadline is not None:
+                left = max(0.0, deadline - loop.time())
     guarded = left is not None
     request = current.get()
     if request is not None and (request.expired or not request.ended):  # not once finished
         own = max(0.0, request.deadline - request.table.loop.time())
         if left is None or own < left:
             left = own
-            guarded = request.task is _running_task()
-    waited = _awaiters_left()
-    if waited is not None and (left is None or waited < left):
-        left, guarded = waited, True
+            guarded = request.task in chain
     if left is not None and left <= 0.0:
         raise BudgetExhausted(f"{left:.3f} s left of the deadline: {where} sends nothing")
     return left, guarded
-
-
-def _running_task() -> asyncio.Task[Any] | None:
-    """The current task of the running loop, or None."""
-    loop = _get_running_loop()
-    return None if loop is None else _current_task(loop)
 
 
 DEFAULT_MARGIN: Final = 0.005
@@ -930,30 +933,20 @@ itself. Across regions, pass a margin of the hop's round trip."""
 _AWAITERS: Final = 8  # how far up a chain of awaiting tasks the budget looks
 
 
-def _awaiters_left() -> float | None:
-    """The seconds left of the tightest deadline of the tasks awaiting the current one (and
-    those awaiting them, :data:`_AWAITERS` up), or None (no awaiter, or none bounded)."""
-    loop = _get_running_loop()
-    if loop is None:
-        return None
-    task = _current_task(loop)
-    found = None
+def _awaited_by(task: asyncio.Task[Any]) -> list[asyncio.Task[Any]]:
+    """``task``, the task awaiting it, the one awaiting that, ... (:data:`_AWAITERS` up): a
+    task's wake-up among a task's done-callbacks is bound to the task that awaits it."""
+    chain = [task]
     for _ in range(_AWAITERS):
         callbacks = getattr(task, "_callbacks", None)
         if not callbacks:
             break
-        for callback, _context in callbacks:  # a task's wake-up, bound to the awaiting task
+        for callback, _context in callbacks:
             awaiter = getattr(callback, "__self__", None)
             if isinstance(awaiter, asyncio.Task):
                 break
         else:
             break
-        if awaiter.cancelling():
-            return 0.0
-        deadline = task_deadline(loop, awaiter)
-        if deadline is not None:
-            seconds = max(0.0, deadline - loop.time())
-            if found is None or seconds < found:
-                found = seconds
+        chain.append(awaiter)
         task = awaiter
-    return found
+    return chain

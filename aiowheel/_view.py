@@ -70,10 +70,11 @@ class View:
             key = (kind, origin_key(what, task, driver.origin_of(pending)))
             counts[key] = counts.get(key, 0) + 1
 
-    def deadline_for(self, task: object) -> float | None:
-        """The earliest deadline of the timeouts on this wheel that guard ``task``: aiowheel's
-        own, and asyncio's (``asyncio.timeout``, ``wait_for`` on 3.12+) filed here by loop
-        mode. One pass over the pending timers: nothing is kept for it while nobody asks."""
+    def deadline_for(self, tasks: tuple[object, ...]) -> float | None:
+        """The earliest deadline of the timeouts on this wheel that guard any of ``tasks``:
+        aiowheel's own, and asyncio's (``asyncio.timeout``, ``wait_for`` on 3.12+) filed here
+        by loop mode. One pass over the pending timers: nothing is kept for it while nobody
+        asks."""
         earliest: float | None = None
         guarded: object
         for entry in self._driver.pending_timers():
@@ -85,7 +86,7 @@ class View:
                 continue
             else:  # a handle of the native core
                 guarded = asyncio_timeout_task(entry._callback)
-            if guarded is task:
+            if guarded in tasks:
                 when: float = entry._when
                 if earliest is None or when < earliest:
                     earliest = when
