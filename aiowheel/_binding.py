@@ -58,7 +58,15 @@ def listed_on(loop: asyncio.AbstractEventLoop) -> list[Any]:
     listed = _listed.get(loop)
     if listed is None:
         return []
-    return [owner for listing in listed if (owner := listing.owner) is not None]
+    # The weak set's references, read directly (iterating the set itself guards against
+    # changes with a context manager per pass: most of what time_left() paid here).
+    owners: list[Any] = []
+    refs: Any = listed.data  # type: ignore[attr-defined]
+    for ref in tuple(refs):
+        listing = ref()
+        if listing is not None and (owner := listing.owner) is not None:
+            owners.append(owner)
+    return owners
 
 
 class Binding:

@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from importlib import import_module
 from typing import Any, Final, TypeAlias, final
 
 import grpc
 from grpc import aio
+from grpc.aio import _base_call
 
 from ._deadline import (
     DEFAULT_MARGIN,
@@ -297,7 +298,7 @@ class PropagateDeadline(
         changed = self._details(client_call_details)
         if changed is None:
             return await continuation(client_call_details, request)
-        return await _answered(await continuation(changed, request), changed)
+        return _Answered(await continuation(changed, request), changed)
 
     async def intercept_unary_stream(
         self, continuation: Any, client_call_details: aio.ClientCallDetails, request: Any
@@ -315,7 +316,7 @@ class PropagateDeadline(
         changed = self._details(client_call_details)
         if changed is None:
             return await continuation(client_call_details, request_iterator)
-        return await _answered(await continuation(changed, request_iterator), changed)
+        return _Answered(await continuation(changed, request_iterator), changed)
 
     async def intercept_stream_stream(
         self, continuation: Any, client_call_details: aio.ClientCallDetails, request_iterator: Any
@@ -327,17 +328,58 @@ class PropagateDeadline(
         return _streamed_answers(await continuation(changed, request_iterator), changed)
 
 
-async def _answered(call: Any, details: aio.ClientCallDetails) -> Any:
-    """``call`` (a unary answer), once answered; its ``DEADLINE_EXCEEDED`` raised as
+class _Answered(_base_call.UnaryUnaryCall):  # type: ignore[type-arg]
+    """A unary call as its caller sees it, its ``DEADLINE_EXCEEDED`` raised as
     :class:`aiowheel.asgi.BudgetExhausted`: the deadline was the budget's, so a deadline
     adapter above answers it as its own (504, ``DEADLINE_EXCEEDED``), as it answers an httpx
-    or aiohttp call cut by the budget. Any other outcome is the call's, seen by its caller
-    as without the interceptor."""
-    try:
-        await call
-    except aio.AioRpcError as exc:
-        _raise_budget(exc, details)
-    return call
+    or aiohttp call cut by the budget. Everything else is the call's. Awaited in the caller's
+    task, as the call itself would be (no step of the interceptor's task in between)."""
+
+    __slots__ = ("_call", "_details")
+
+    def __init__(self, call: Any, details: aio.ClientCallDetails) -> None:
+        self._call = call
+        self._details = details
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        try:
+            return (yield from self._call.__await__())
+        except aio.AioRpcError as exc:
+            _raise_budget(exc, self._details)
+            raise
+
+    def cancelled(self) -> bool:
+        return bool(self._call.cancelled())
+
+    def cancel(self) -> bool:
+        return bool(self._call.cancel())
+
+    def done(self) -> bool:
+        return bool(self._call.done())
+
+    def add_done_callback(self, callback: Any) -> None:
+        self._call.add_done_callback(callback)
+
+    def time_remaining(self) -> float | None:
+        remaining: float | None = self._call.time_remaining()
+        return remaining
+
+    async def initial_metadata(self) -> Any:
+        return await self._call.initial_metadata()
+
+    async def trailing_metadata(self) -> Any:
+        return await self._call.trailing_metadata()
+
+    async def code(self) -> grpc.StatusCode:
+        code: grpc.StatusCode = await self._call.code()
+        return code
+
+    async def details(self) -> str:
+        details: str = await self._call.details()
+        return details
+
+    async def wait_for_connection(self) -> None:
+        await self._call.wait_for_connection()
 
 
 async def _streamed_answers(call: Any, details: aio.ClientCallDetails) -> AsyncIterator[Any]:
