@@ -501,29 +501,16 @@ class Wheel:
         self._cache_high = self._cache_low  # placements depend on elapsed
 
     def entries(self) -> list[Entry]:
-        """Every pending entry (including "never" ones), in no set order; the wheel is not
-        changed. O(pending + queued buckets): the delay queue names every non-empty bucket
-        (the invariant :meth:`check` asserts), so empty ones are not visited. What
-        :func:`aiowheel.time_left` pays per call (a client adapter's, per request)."""
+        """Every pending entry (including "never" ones), in no set order, the wheel unchanged.
+        O(pending + queued buckets): the delay queue names every non-empty bucket (as
+        :meth:`check` asserts). What :func:`aiowheel.time_left` pays, per call."""
         out: list[Entry] = []
-        buckets = self._buckets
         queued = self._queued
-        key_bits = self._key_bits
-        key_mask = self._key_mask
         for key in self._heap:
-            index = key & key_mask
-            if queued[index] != key >> key_bits:
-                continue  # stale: the bucket fired or was queued again, earlier
-            bucket = buckets[index]
-            entry = bucket._next
-            while entry is not bucket and entry is not None:
-                out.append(entry)
-                entry = entry._next
-        never = self._never
-        entry = never._next
-        while entry is not never and entry is not None:
-            out.append(entry)
-            entry = entry._next
+            index = key & self._key_mask
+            if queued[index] == key >> self._key_bits:  # else stale: fired, or queued earlier
+                _chain_into(self._buckets[index], out)
+        _chain_into(self._never, out)
         return out
 
     def drain(self) -> list[Entry]:
@@ -619,6 +606,14 @@ class Wheel:
             if ticks or self._queued[index] != NEVER:
                 rows.append(f"  bucket {index} queued={self._queued[index]} ticks={ticks}")
         return "\n".join(rows)
+
+
+def _chain_into(bucket: Entry, out: list[Entry]) -> None:
+    """Append ``bucket``'s entries to ``out``, in their order."""
+    entry = bucket._next
+    while entry is not bucket and entry is not None:
+        out.append(entry)
+        entry = entry._next
 
 
 def entries_at(wheel: Wheel, expiration: int) -> list[Entry]:

@@ -205,6 +205,18 @@ REQUIRE_GRPC = "AIOWHEEL_REQUIRE_GRPC"
 """Set to 1 (CI does, where grpcio has wheels) to make a missing grpcio fail the tests."""
 
 
+def grpc_installed() -> bool:
+    """Whether grpcio can be imported here; False fails the calling test where
+    AIOWHEEL_REQUIRE_GRPC=1 (CI, on every interpreter grpcio has wheels for)."""
+    try:
+        import grpc.aio  # noqa: F401
+    except ImportError:
+        if os.environ.get(REQUIRE_GRPC, "") not in ("", "0"):
+            pytest.fail(f"no grpcio ({REQUIRE_GRPC} is set)")
+        return False
+    return True
+
+
 def need_grpc() -> None:
     """Skip the calling test module where grpcio is not installed (no wheel for this
     interpreter: 3.14t), or fail it if AIOWHEEL_REQUIRE_GRPC=1, saying how to get it."""
