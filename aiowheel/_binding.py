@@ -180,10 +180,12 @@ class Binding:
 
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
         """The driver is ready on ``loop``: the hot path's check passes from now on. On 3.11
-        it asks asyncio's loops for their thread (see aiowheel._threads)."""
+        it asks asyncio's loops for their thread where the native running-loop lookup is not
+        there (the pure-Python build: see aiowheel._threads)."""
         self.loop = loop
         if (
             GETPID_IN_RUNNING_LOOP
+            and running_loop is _get_running_loop  # else the native lookup: cheaper still
             and getattr(type(loop), "run_forever", None) is asyncio.BaseEventLoop.run_forever
         ):
             self._asyncio_loop = loop
