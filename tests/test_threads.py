@@ -599,7 +599,7 @@ def test_the_running_loop_lookup_answers_as_asyncio_in_threads_runs_and_forks(ba
     def both() -> tuple[object, object]:
         return running_loop(), asyncio._get_running_loop()
 
-    loop = (base or asyncio.DefaultEventLoopPolicy()._loop_factory)()
+    loop = (base or asyncio.SelectorEventLoop)()
     seen: dict[str, Any] = {}
 
     async def here(name: str) -> None:
@@ -644,7 +644,7 @@ def test_the_api_follows_its_loop_to_another_thread_and_refuses_the_one_left(bas
     thread, and the thread it left (no loop running there now) is refused, on asyncio's loops
     (their thread id) and uvloop's (the running-loop lookup)."""
     timer = aiowheel.Timer()
-    loop = (base or asyncio.DefaultEventLoopPolicy()._loop_factory)()
+    loop = (base or asyncio.SelectorEventLoop)()
     fired: list[int] = []
 
     async def file(n: int) -> None:
