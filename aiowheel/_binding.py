@@ -26,7 +26,14 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ._build import mypyc_attr
-from ._threads import FORKS, FREE_THREADED, GETPID_IN_RUNNING_LOOP, LoopThread, get_ident
+from ._threads import (
+    FORKS,
+    FREE_THREADED,
+    GETPID_IN_RUNNING_LOOP,
+    LoopThread,
+    get_ident,
+    running_loop,
+)
 
 __all__ = ["TOO_MANY_TIMERS", "Binding", "listed_on"]
 
@@ -119,7 +126,7 @@ class Binding:
                 return bool(fast._thread_id == get_ident())
             self._asyncio_loop = None  # a forked child: asyncio's answer from now on
         loop = self.loop
-        return loop is not None and _get_running_loop() is loop
+        return loop is not None and running_loop() is loop
 
     def check_loop(self) -> asyncio.AbstractEventLoop:
         """The slow path behind :meth:`on_loop`: bind (lazily, to the loop running now), or
@@ -151,7 +158,7 @@ class Binding:
         """This thread's running loop (the bound one, by the fast check), or None."""
         if self.on_loop():
             return self.loop
-        return _get_running_loop()
+        return running_loop()
 
     def loop_time(self) -> float:
         """``loop.time()`` of the bound loop, or of the running one before binding."""
@@ -181,10 +188,12 @@ class Binding:
 
     def open(self, loop: asyncio.AbstractEventLoop) -> None:
         """The driver is ready on ``loop``: the hot path's check passes from now on. On 3.11
-        it asks asyncio's loops for their thread (see aiowheel._threads)."""
+        it asks asyncio's loops for their thread where the native running-loop lookup is not
+        there (the pure-Python build: see aiowheel._threads)."""
         self.loop = loop
         if (
             GETPID_IN_RUNNING_LOOP
+            and running_loop is _get_running_loop  # else the native lookup: cheaper still
             and getattr(type(loop), "run_forever", None) is asyncio.BaseEventLoop.run_forever
         ):
             self._asyncio_loop = loop

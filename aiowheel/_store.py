@@ -62,6 +62,14 @@ def load_native() -> Any:
     return _core
 
 
+def native_running_loop() -> Callable[[], asyncio.AbstractEventLoop | None] | None:
+    """The native core's ``running_loop`` (``asyncio._get_running_loop()`` without 3.11's
+    ``getpid()``: :mod:`aiowheel._threads` decides where it applies), or None for the
+    pure-Python build."""
+    native = load_native()
+    return None if native is None else native.running_loop  # type: ignore[no-any-return,unused-ignore]
+
+
 # The native core module, or None. Drivers bound while it is None keep their callback handles in
 # the (compiled or pure) wheel: tests set it to None to compare both.
 native: Any = load_native()

@@ -19,7 +19,11 @@ Forks. On 3.11 asking asyncio for the running loop makes a ``getpid()`` system c
 the rest of a ``call_later``; there the loop check asks an asyncio loop for its ``_thread_id``
 instead (:mod:`aiowheel._binding`). A forked child has a copy of that loop that still says it
 runs in this (copied) thread, so loops bound before a fork go back to asyncio's answer in the
-child: :data:`FORKS` counts the forks this process is a child of.
+child: :data:`FORKS` counts the forks this process is a child of. Every other loop (uvloop's,
+rloop's...) keeps its thread where Python cannot read it: there the check asks
+:data:`running_loop`, asyncio's own lookup minus the system call (the native core reads the
+same holder asyncio does and compares its process id with one it caches and renews in a forked
+child, inside ``fork()``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ._build import mypyc_attr
+from ._store import native_running_loop
 
 __all__ = [
     "FOREIGN_CANCEL",
@@ -42,6 +47,7 @@ __all__ = [
     "GETPID_IN_RUNNING_LOOP",
     "LoopThread",
     "get_ident",
+    "running_loop",
 ]
 
 GETPID_IN_RUNNING_LOOP: Final = sys.version_info < (3, 12)
@@ -87,6 +93,27 @@ def _after_fork_in_child() -> None:
 
 if GETPID_IN_RUNNING_LOOP and hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _running_loop_lookup() -> Callable[[], asyncio.AbstractEventLoop | None]:
+    """asyncio's ``_get_running_loop``, or on 3.11 the native core's twin without its
+    ``getpid()`` (``aiowheel._core.running_loop``: the same holder read, the process id cached
+    and renewed in a forked child by a ``pthread_atfork`` handler), where asyncio's is the C one
+    and the build is compiled with the GIL."""
+    if not GETPID_IN_RUNNING_LOOP or FREE_THREADED:
+        return _get_running_loop
+    try:
+        import _asyncio
+    except ImportError:  # pragma: no cover - an interpreter without asyncio's C module
+        return _get_running_loop
+    if _get_running_loop is not getattr(_asyncio, "_get_running_loop", None):
+        return _get_running_loop  # pragma: no cover - asyncio's pure-Python lookup
+    return native_running_loop() or _get_running_loop
+
+
+running_loop: Final = _running_loop_lookup()
+"""This thread's running loop or None, as ``asyncio._get_running_loop()`` answers, without a
+system call on 3.11's compiled build (see the module docstring)."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=False)

@@ -201,7 +201,14 @@ async def due(kind: str, timers: int) -> float:
 
     They are filed 50 ms ahead (so loop mode puts them on its wheel), spread over 1 ms; the
     loop is then blocked past their deadlines, and the clock runs from the end of that block
-    until the last one has run."""
+    until the last one has run.
+
+    After the block the loop's clock is read once (``loop.time()``), for every contender. On
+    uvloop that refreshes libuv's cached time, as any timer started or any ``loop.time()`` in
+    a real program does: without it libuv computes its next poll timeout from the time of the
+    last refresh before the block, so the first timer waits (deadline - that refresh) more,
+    uvloop's own as much as loop mode's, and the figure measured the block's length, which is
+    longer the faster a contender files (docs/performance.md, "The due batch on uvloop")."""
     loop = asyncio.get_running_loop()
     timer = await _timer_for(kind)
     call_at = timer.call_at if timer is not None else loop.call_at
@@ -220,6 +227,7 @@ async def due(kind: str, timers: int) -> float:
     # The loop blocked on purpose: every timer comes due while it cannot run them.
     time.sleep(max(0.0, deadline + 0.002 - loop.time()))  # noqa: ASYNC251
     start = time.perf_counter()
+    loop.time()  # the loop knows the time again (libuv's cached clock: see the docstring)
     await done
     elapsed = time.perf_counter() - start
     if timer is not None:

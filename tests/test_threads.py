@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -585,3 +586,77 @@ def test_a_tight_foreign_call_later_loop_does_not_starve_the_loops_own_sleep() -
         loop.close()
     assert took < 10, took
     assert refused[0] > 0
+
+
+@pytest.mark.bases("asyncio", "uvloop")
+def test_the_running_loop_lookup_answers_as_asyncio_in_threads_runs_and_forks(base: Base) -> None:
+    """``aiowheel._threads.running_loop`` (on 3.11's compiled build the native lookup without
+    asyncio's ``getpid()``) answers what ``asyncio._get_running_loop()`` answers: None with
+    no loop, the loop while it runs in this thread only, None again once it stops, the loop in
+    the thread that runs it next, and None in a forked child of a running loop."""
+    from aiowheel._threads import running_loop
+
+    def both() -> tuple[object, object]:
+        return running_loop(), asyncio._get_running_loop()
+
+    loop = (base or asyncio.SelectorEventLoop)()
+    seen: dict[str, Any] = {}
+
+    async def here(name: str) -> None:
+        seen[name] = both()
+        elsewhere: list[tuple[object, object]] = []
+        thread = threading.Thread(target=lambda: elsewhere.append(both()))
+        thread.start()
+        thread.join()
+        seen[name + " elsewhere"] = elsewhere[0]
+        if name == "main" and hasattr(os, "fork"):
+            read, write = os.pipe()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded ... fork()"
+                pid = os.fork()
+            if pid == 0:  # the child: report, exit at once
+                try:
+                    os.write(write, b"%d" % (both() == (None, None)))
+                finally:
+                    os._exit(0)
+            os.waitpid(pid, 0)  # noqa: ASYNC222 (the child exits at once)
+            seen["child"] = os.read(read, 1)
+            os.close(read)
+            os.close(write)
+
+    try:
+        seen["before"] = both()
+        loop.run_until_complete(here("main"))
+        seen["stopped"] = both()
+        in_threads(1, lambda _: loop.run_until_complete(here("thread")))
+    finally:
+        loop.close()
+    assert seen["before"] == seen["stopped"] == (None, None)
+    assert seen["main"] == seen["thread"] == (loop, loop)
+    assert seen["main elsewhere"] == seen["thread elsewhere"] == (None, None)
+    if hasattr(os, "fork"):
+        assert seen["child"] == b"1", "a forked child saw its parent's loop running"
+
+
+@pytest.mark.bases("asyncio", "uvloop")
+def test_the_api_follows_its_loop_to_another_thread_and_refuses_the_one_left(base: Base) -> None:
+    """A Timer bound to a loop that stops and runs next in another thread files from that
+    thread, and the thread it left (no loop running there now) is refused, on asyncio's loops
+    (their thread id) and uvloop's (the running-loop lookup)."""
+    timer = aiowheel.Timer()
+    loop = (base or asyncio.SelectorEventLoop)()
+    fired: list[int] = []
+
+    async def file(n: int) -> None:
+        timer.call_later(0, fired.append, n)
+        await asyncio.sleep(0.01)
+
+    try:
+        loop.run_until_complete(file(1))
+        in_threads(1, lambda _: loop.run_until_complete(file(2)))
+        with pytest.raises(RuntimeError, match="no event loop is running in this thread"):
+            timer.call_later(0, fired.append, 3)
+        loop.run_until_complete(timer.aclose())
+    finally:
+        loop.close()
+    assert fired == [1, 2]

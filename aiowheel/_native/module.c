@@ -478,6 +478,100 @@ setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* running_loop(): asyncio._get_running_loop() without its getpid() system call (3.11).
+ *
+ * 3.11's _asyncio keeps the running loop in a holder object in the thread's state dict, with the
+ * process id it was set in, and compares that id with getpid() on every lookup, so that a forked
+ * child does not see its parent's loop as running: a system call per lookup, as much as the rest
+ * of a call_later (3.12 dropped the check). This reads the same holder and compares the same id
+ * with this process's id, cached: read at import and again in every forked child by a
+ * pthread_atfork handler, which runs inside fork() itself, before any Python code of the child
+ * (os.fork's hooks included). Anything unexpected (no state dict, a holder of another type or
+ * size) falls back to asyncio's own call. aiowheel._threads uses it only when asyncio's
+ * _get_running_loop is the C one (the pure-Python one keeps the loop in a threading.local), and
+ * only on GIL builds of 3.11 (3.12+ and free-threaded builds call asyncio's, which is cheap
+ * there). */
+#if PY_VERSION_HEX < 0x030C0000 && !defined(MS_WINDOWS) && defined(HAVE_GETPID) && \
+    !defined(Py_GIL_DISABLED)
+#define AIOWHEEL_PID_CACHE 1
+#include <pthread.h>
+#include <unistd.h>
+
+typedef struct { /* 3.11's PyRunningLoopHolder (Modules/_asynciomodule.c) */
+    PyObject_HEAD
+    PyObject *rl_loop;
+    pid_t rl_pid;
+} RunningLoopHolder;
+
+static pid_t cached_pid = 0;       /* this process's id: set at exec and in each forked child */
+static int atfork_registered = 0;  /* process-wide, like the pid: one handler per process */
+static PyTypeObject *holder_type = NULL; /* the holder's type, once recognised (immortal: static) */
+static PyObject *str_running_key = NULL; /* "__asyncio_running_event_loop__", interned */
+
+static void
+pid_after_fork_in_child(void)
+{
+    cached_pid = getpid();
+}
+
+static int
+pid_cache_init(void)
+{
+    if (!atfork_registered) {
+        cached_pid = getpid();
+        if (pthread_atfork(NULL, NULL, pid_after_fork_in_child) != 0) {
+            PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
+            return -1;
+        }
+        atfork_registered = 1;
+    }
+    if (str_running_key == NULL) {
+        str_running_key = PyUnicode_InternFromString("__asyncio_running_event_loop__");
+        if (str_running_key == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+#endif
+
+static PyObject *
+running_loop(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+#ifdef AIOWHEEL_PID_CACHE
+    PyObject *dict = PyThreadState_GetDict(); /* borrowed; NULL: none (then no loop runs) */
+    if (dict != NULL && str_running_key != NULL) {
+        PyObject *holder = PyDict_GetItemWithError(dict, str_running_key); /* borrowed */
+        if (holder == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_RETURN_NONE; /* no loop was ever set running in this thread */
+        }
+        PyTypeObject *type = Py_TYPE(holder);
+        if (type != holder_type && type->tp_basicsize == (Py_ssize_t)sizeof(RunningLoopHolder) &&
+            strcmp(type->tp_name, "_RunningLoopHolder") == 0) {
+            holder_type = type;
+        }
+        if (type == holder_type) {
+            RunningLoopHolder *h = (RunningLoopHolder *)holder;
+            if (h->rl_loop == Py_None || h->rl_pid != cached_pid) {
+                Py_RETURN_NONE; /* none running, or set in the parent before a fork */
+            }
+            return Py_NewRef(h->rl_loop);
+        }
+    }
+#endif
+    /* asyncio's own answer (a path aiowheel._threads does not take where the above applies) */
+    PyObject *asyncio = PyImport_ImportModule("asyncio");
+    if (asyncio == NULL) {
+        return NULL;
+    }
+    PyObject *loop = PyObject_CallMethod(asyncio, "_get_running_loop", NULL);
+    Py_DECREF(asyncio);
+    return loop;
+}
+
 static PyObject *
 freelist_size(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 {
@@ -487,6 +581,7 @@ freelist_size(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 static PyMethodDef module_methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
     {"freelist_size", (PyCFunction)freelist_size, METH_NOARGS, NULL},
+    {"running_loop", (PyCFunction)running_loop, METH_NOARGS, NULL},
     {"watch_time", (PyCFunction)watch_time, METH_O, NULL},
     {"watch_scheduled", (PyCFunction)(void (*)(void))watch_scheduled, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
@@ -547,6 +642,11 @@ static int
 core_exec(PyObject *m)
 {
     CoreState *st = (CoreState *)PyModule_GetState(m);
+#ifdef AIOWHEEL_PID_CACHE
+    if (pid_cache_init() < 0) {
+        return -1;
+    }
+#endif
     st->handle_type = make_handle_type(m);
     if (st->handle_type == NULL) {
         return -1;
