@@ -33,7 +33,10 @@ from typing import Any
 
 import aiowheel
 
-MODES = ("propagated", "stock", "none")
+MODES = ("propagated", "stock", "none", "layers")
+"""``layers``: the adapters' places taken by layers that do nothing (a pure ASGI middleware, an
+httpx transport that forwards, an aiohttp middleware, gRPC interceptors that pass the call on):
+what the frameworks charge for a layer there at all, the floor under any adapter."""
 HEADER = "x-request-timeout"
 TIMEOUT = 10.0
 """propagated: each hop's own deadline when its caller sends none (a caller's caps it)."""

@@ -131,6 +131,8 @@ async def serve(port: int, mode: str) -> None:
         import aiowheel.grpc
 
         interceptors.append(aiowheel.grpc.DeadlineInterceptor(timeout=TIMEOUT))
+    elif mode == "layers":
+        interceptors.append(_PassThrough())
     server = grpc.aio.server(interceptors=interceptors)
     server.add_generic_rpc_handlers((handler(Backend(mode)),))
     server.add_insecure_port(f"127.0.0.1:{port}")
@@ -148,6 +150,15 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     run(lambda: serve(args.port, args.mode), args.loop_mode)
     return 0
+
+
+
+
+class _PassThrough(grpc.aio.ServerInterceptor):
+    """``layers``: a server interceptor that does nothing, where DeadlineInterceptor sits."""
+
+    async def intercept_service(self, continuation: Any, details: Any) -> Any:
+        return await continuation(details)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,10 @@ def build_app(service: str, mode: str) -> FastAPI:
             )
         elif mode == "stock":
             client = httpx.AsyncClient(base_url=service, timeout=STOCK_TIMEOUTS["gateway"])
+        elif mode == "layers":
+            client = httpx.AsyncClient(
+                base_url=service, transport=_Forward(httpx.AsyncHTTPTransport()), timeout=TIMEOUT
+            )
         else:
             client = httpx.AsyncClient(base_url=service, timeout=None)
         clients["service"] = client
@@ -73,6 +77,8 @@ def build_app(service: str, mode: str) -> FastAPI:
         from aiowheel.asgi import DeadlineMiddleware
 
         app.add_middleware(DeadlineMiddleware, timeout=TIMEOUT, header=HEADER)
+    elif mode == "layers":
+        app.add_middleware(_PassThrough)
 
     @contextlib.asynccontextmanager
     async def own_timeout() -> AsyncIterator[None]:
@@ -127,3 +133,26 @@ def build_app(service: str, mode: str) -> FastAPI:
         return records.stats(None if ids is None else set(ids.split(",")))
 
     return app
+
+
+class _PassThrough:
+    """``layers``: a pure ASGI middleware that does nothing, where DeadlineMiddleware sits."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
+class _Forward(httpx.AsyncBaseTransport):
+    """``layers``: a transport that forwards, where DeadlineTransport sits."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
+        self.transport = transport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()

@@ -151,6 +151,9 @@ def make_app(backend: str, mode: str) -> web.Application:
 
         middlewares.append(deadline_middleware(timeout=TIMEOUT, header=HEADER))
         interceptors.append(aiowheel.grpc.PropagateDeadline())
+    elif mode == "layers":  # the same places, layers that do nothing
+        middlewares.append(_pass_through)
+        interceptors.extend((_UnaryPassThrough(), _StreamPassThrough()))
     app = web.Application(middlewares=middlewares)
     app[RECORDS] = Records()
     app[MODE] = mode
@@ -189,6 +192,30 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     run(lambda: serve(args.port, args.backend, args.mode), args.loop_mode)
     return 0
+
+
+
+
+@web.middleware
+async def _pass_through(request: web.Request, handler: Any) -> web.StreamResponse:
+    """``layers``: an aiohttp middleware that does nothing, where deadline_middleware sits."""
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+class _UnaryPassThrough(grpc.aio.UnaryUnaryClientInterceptor):
+    """``layers``: a client interceptor that passes the call on, where PropagateDeadline sits
+    (one per kind: grpc.aio files an interceptor under its first kind only)."""
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(details, request)
+
+
+class _StreamPassThrough(grpc.aio.UnaryStreamClientInterceptor):
+    """``layers``: the same, for calls with a stream of responses."""
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(details, request)
 
 
 if __name__ == "__main__":

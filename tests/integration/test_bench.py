@@ -361,7 +361,7 @@ def test_the_chain_bench_runs_stock_and_propagated_and_tabulates(
     out = capsys.readouterr().out
     assert "round 1/1 stock:" in out and "round 1/1 propagated:" in out  # progress is shown
     assert "| figure | stock | propagated | goal |" in out  # the tables
-    assert "| none, us | propagated, us | propagated / none | goal |" in out
+    assert "| none, us | layers, us | propagated, us | propagated / none | goal |" in out
     raw = json.loads((tmp_path / "chain.json").read_text())["raw"]
     assert set(raw) == {"stock", "propagated", "cpu"}
     for mode in ("stock", "propagated"):
@@ -369,6 +369,7 @@ def test_the_chain_bench_runs_stock_and_propagated_and_tabulates(
         assert figures["requests"] == 10 and figures["still_running"] == 0, figures
     (cpu,) = raw["cpu"]
     assert cpu["not_ok"] == 0 and cpu["none_cpu_us"] > 0 and cpu["propagated_cpu_us"] > 0
+    assert cpu["layers_cpu_us"] > 0 and cpu["layers_ratio"] > 0 and cpu["over_layers_ratio"] > 0
     # No timing is asserted but the one a loaded machine cannot blur: stock's queries run their
     # full 2 s, past the 1 s deadline at two hops (about 2 handler-seconds a request).
     stock, propagated = raw["stock"][0], raw["propagated"][0]
