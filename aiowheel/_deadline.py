@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-from ._census import _deadline_sources, task_deadline, time_left
+from ._census import _deadline_sources, tasks_left, time_left
 from ._default import get_timer
 from ._validate import period
 
@@ -168,6 +168,13 @@ class Request:
     def live(self) -> bool:
         """Whether the deadline still guards the request (not ended, not expired)."""
         return not (self.ended or self.expired)
+
+    def left(self) -> float | None:
+        """Seconds left of the deadline (0.0 once passed), or None once the request has
+        finished in time: what :func:`budget` reads of it."""
+        if self.ended and not self.expired:
+            return None
+        return max(0.0, self.deadline - self.table.loop.time())
 
     def expire(self) -> None:
         """The deadline has passed: cancel the request's task (once)."""
@@ -827,10 +834,9 @@ def _budget(minimum: float, where: str) -> float | None:
         minimum = _minimum(minimum, where)
     left = time_left()
     request = current.get()
-    if request is not None and (request.expired or not request.ended):  # not once finished
-        own = max(0.0, request.deadline - request.table.loop.time())
-        if left is None or own < left:
-            left = own
+    own = None if request is None else request.left()
+    if own is not None and (left is None or own < left):
+        left = own
     if left is not None and (left <= 0.0 or left < minimum):
         raise BudgetExhausted(
             f"{left:.3f} s left of the deadline, under the {minimum:.3f} s this call needs"
@@ -902,19 +908,13 @@ def caller_left(where: str) -> tuple[float | None, bool]:
     task = None if loop is None else _current_task(loop)
     if loop is not None and task is not None:
         chain = _awaited_by(task)
-        if any(waiting.cancelling() for waiting in chain):
-            left = 0.0  # a timeout of one of them expired: nothing left to hand on
-        else:
-            deadline = task_deadline(loop, *chain)
-            if deadline is not None:
-                left = max(0.0, deadline - loop.time())
+        left = tasks_left(loop, *chain)
     guarded = left is not None
     request = current.get()
-    if request is not None and (request.expired or not request.ended):  # not once finished
-        own = max(0.0, request.deadline - request.table.loop.time())
-        if left is None or own < left:
-            left = own
-            guarded = request.task in chain
+    own = None if request is None else request.left()
+    if own is not None and (left is None or own < left):
+        left = own
+        guarded = request is not None and request.task in chain
     if left is not None and left <= 0.0:
         raise BudgetExhausted(f"{left:.3f} s left of the deadline: {where} sends nothing")
     return left, guarded
