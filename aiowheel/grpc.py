@@ -291,41 +291,45 @@ class PropagateDeadline(
         changed: aio.ClientCallDetails = details._replace(timeout=left)  # type: ignore[attr-defined]
         return changed
 
+    async def _sent(
+        self,
+        continuation: Any,
+        details: aio.ClientCallDetails,
+        request: Any,
+        answered: Callable[[Any, aio.ClientCallDetails], Any],
+    ) -> Any:
+        """The call, sent with the budget as its deadline; what the caller gets made by
+        ``answered`` (a unary answer's or a stream's) when the budget set it, else the call."""
+        changed = self._details(details)
+        if changed is None:
+            return await continuation(details, request)
+        return answered(await continuation(changed, request), changed)
+
     async def intercept_unary_unary(
         self, continuation: Any, client_call_details: aio.ClientCallDetails, request: Any
     ) -> Any:
         """A unary call, with the budget as its deadline."""
-        changed = self._details(client_call_details)
-        if changed is None:
-            return await continuation(client_call_details, request)
-        return _Answered(await continuation(changed, request), changed)
+        return await self._sent(continuation, client_call_details, request, _Answered)
 
     async def intercept_unary_stream(
         self, continuation: Any, client_call_details: aio.ClientCallDetails, request: Any
     ) -> Any:
         """A call with a stream of responses, with the budget as its deadline."""
-        changed = self._details(client_call_details)
-        if changed is None:
-            return await continuation(client_call_details, request)
-        return _streamed_answers(await continuation(changed, request), changed)
+        return await self._sent(continuation, client_call_details, request, _streamed_answers)
 
     async def intercept_stream_unary(
         self, continuation: Any, client_call_details: aio.ClientCallDetails, request_iterator: Any
     ) -> Any:
         """A call with a stream of requests, with the budget as its deadline."""
-        changed = self._details(client_call_details)
-        if changed is None:
-            return await continuation(client_call_details, request_iterator)
-        return _Answered(await continuation(changed, request_iterator), changed)
+        return await self._sent(continuation, client_call_details, request_iterator, _Answered)
 
     async def intercept_stream_stream(
         self, continuation: Any, client_call_details: aio.ClientCallDetails, request_iterator: Any
     ) -> Any:
         """A call streaming both ways, with the budget as its deadline."""
-        changed = self._details(client_call_details)
-        if changed is None:
-            return await continuation(client_call_details, request_iterator)
-        return _streamed_answers(await continuation(changed, request_iterator), changed)
+        return await self._sent(
+            continuation, client_call_details, request_iterator, _streamed_answers
+        )
 
 
 class _Answered(_base_call.UnaryUnaryCall):  # type: ignore[type-arg]
