@@ -80,7 +80,7 @@ def get_timer() -> Timer:
     wheel its ``call_at`` / ``call_later`` use. Raises RuntimeError outside a running loop.
     """
     timer = _last.timer
-    if timer is not None and timer._site.on_loop():  # this thread runs its loop, and it is open
+    if timer is not None and timer._binding.on_loop():  # this thread runs its loop, and it is open
         return timer
     loop = _get_running_loop()
     if loop is None:
@@ -94,7 +94,7 @@ def get_timer() -> Timer:
         timer = timer_of(loop)  # a loop-mode loop's own wheel
     if timer is None or timer.closed():
         timer = Timer()
-        timer._site.check_loop()  # bind now, in this loop
+        timer._binding.check_loop()  # bind now, in this loop
         _timers[loop] = timer
     _last.timer = timer
     return timer

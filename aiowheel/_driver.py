@@ -97,8 +97,8 @@ class Driver(Owner):
         "_store",
         "_tick",
         "_wakeups",
+        "binding",
         "lag",
-        "site",
     )
 
     def __init__(self, tick: float, slots: int, limit: int, max_batch: int) -> None:
@@ -109,8 +109,8 @@ class Driver(Owner):
         self._limit: Final = limit
         self._due: Final = Dispatch(max_batch, self._store.run)
         # The loop check, the binding and the thread (aiowheel._binding): asked directly.
-        self.site: Final = Binding(self, self._bind, self._sync)
-        self._loop_thread: Final = self.site.thread
+        self.binding: Final = Binding(self, self._bind, self._sync)
+        self._loop_thread: Final = self.binding.thread
         self._debug = False
         # The one wake-up and what it wakes (aiowheel._reaper): filings read its `armed`.
         self._reaper: Final = Reaper(
@@ -137,18 +137,18 @@ class Driver(Owner):
         clock = clock_for(loop)
         self._start(loop, clock)
         self._reaper.start_task(loop, clock)
-        self.site.open(loop)
+        self.binding.open(loop)
 
     def drive_loop(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
         """Become ``loop``'s own driver, before the loop runs (aiowheel._loop): no reaper
         task; the wake-up is filed by ``clock`` and its callback is the pass."""
         self._reaper.drive(clock)
         self._start(loop, clock)
-        self.site.open(loop)
+        self.binding.open(loop)
 
     def _start(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
         """Take ``loop`` (the binding), its clock and its debug flag; make the store's core."""
-        self.site.adopt(loop)
+        self.binding.adopt(loop)
         self._read = read = clock.time
         grid = self._grid
         grid.start(read())
@@ -166,7 +166,7 @@ class Driver(Owner):
         and every pending timer is filed again by its deadline on that clock."""
         self._reaper.use_clock(clock)
         self._read = read = clock.time
-        if self.site.bound is None or self.site.closed:
+        if self.binding.bound is None or self.binding.closed:
             return
         store = self._store
         self._grid.rebase(read(), store.elapsed)
@@ -191,7 +191,7 @@ class Driver(Owner):
         directly unless closed, in debug mode, noting origins, or counting against
         max_pending) and whose thread may cancel."""
         self._store.sync(
-            not self.site.closed
+            not self.binding.closed
             and not self._debug
             and self._origins is None
             and self._limit == NO_LIMIT,
@@ -202,7 +202,7 @@ class Driver(Owner):
     def set_debug(self, enabled: bool) -> None:
         """Follow the loop's debug mode (debug mode tracks where timers are filed from)."""
         self._debug = enabled
-        loop = self.site.bound
+        loop = self.binding.bound
         self.track_origins(enabled or (loop is not None and _view_tracks(loop)))
 
     def track_origins(self, enabled: bool) -> None:
@@ -237,7 +237,7 @@ class Driver(Owner):
 
     def now(self) -> float:
         """The clock, as the driver reads it (0.0 before binding)."""
-        return self._read() if self.site.bound is not None else 0.0
+        return self._read() if self.binding.bound is not None else 0.0
 
     @property
     def debug(self) -> bool:
@@ -251,10 +251,10 @@ class Driver(Owner):
     # -- the loop check and the clock (Owner) ----------------------------------------------------
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
-        return self.site.running_loop()
+        return self.binding.running_loop()
 
     def _loop_here(self) -> asyncio.AbstractEventLoop | None:
-        return self.site.loop_here()
+        return self.binding.loop_here()
 
     def _now(self) -> float:
         return self._read()
@@ -264,7 +264,7 @@ class Driver(Owner):
         return self._tick_for(when) >= self._reaper.armed
 
     def _loop_time(self) -> float:
-        return self.site.loop_time()
+        return self.binding.loop_time()
 
     # -- filing: every timer enters the store through _insert ------------------------------------
 
@@ -293,7 +293,7 @@ class Driver(Owner):
         store = self._store
         origins = self._origins
         if origins is not None:
-            origins.note(entry, store.count, self.site.bound)
+            origins.note(entry, store.count, self.binding.bound)
         reaper = self._reaper
         entry._seq = store.stamp()
         if store.insert(entry, tick) < reaper.armed or entry._when < reaper.exact_at:
@@ -338,15 +338,15 @@ class Driver(Owner):
         return False
 
     def _arm_at(self, entry: _Timed, when: float, loop: asyncio.AbstractEventLoop) -> bool:
-        if loop is not self.site.loop:
-            self.site.check_loop()  # binds, or raises (another loop, closed)
+        if loop is not self.binding.loop:
+            self.binding.check_loop()  # binds, or raises (another loop, closed)
         if when <= self._read():
             return True
         self._file(entry, when)
         return False
 
     def _set_deadline(self, entry: _Timed, when: float | None) -> asyncio.AbstractEventLoop | None:
-        loop = self.site.running_loop()
+        loop = self.binding.running_loop()
         if when is None:
             self._unfile(entry)
             return None
@@ -364,18 +364,18 @@ class Driver(Owner):
         already out to another thread, whose cancel would then race the run."""
         if (self._debug or FREE_THREADED) and get_ident() != self._loop_thread.ident:
             # The take-over and the removal, as one (Binding.foreign_call).
-            return self.site.foreign_call(
+            return self.binding.foreign_call(
                 FOREIGN_CANCEL, lambda: entry._prev is not None and self._store.remove(entry)
             )
         return entry._prev is not None and self._store.remove(entry)
 
     def _claim_for_cancel(self) -> None:
         """The native core's thread check of a cancel() from another thread."""
-        self.site.foreign_call(FOREIGN_CANCEL, _allowed)
+        self.binding.foreign_call(FOREIGN_CANCEL, _allowed)
 
     def _check_cancel_of_due(self) -> None:
         if FREE_THREADED and get_ident() != self._loop_thread.ident:
-            self.site.foreign_call(FOREIGN_CANCEL, _allowed)
+            self.binding.foreign_call(FOREIGN_CANCEL, _allowed)
 
     def call(
         self,
@@ -399,7 +399,7 @@ class Driver(Owner):
         handle: Handle = filed
         origins = self._origins
         if origins is not None:
-            origins.note(handle, self._store.count, self.site.bound)
+            origins.note(handle, self._store.count, self.binding.bound)
         return handle
 
     def _call_in_wheel(
@@ -428,7 +428,7 @@ class Driver(Owner):
         self._reaper.arm()
 
     def _is_closed(self) -> bool:
-        return self.site.closed
+        return self.binding.closed
 
     # -- dispatch ---------------------------------------------------------------------------------
 
@@ -438,13 +438,13 @@ class Driver(Owner):
     def _create_task(
         self, coro: Coroutine[Any, Any, Any], context: contextvars.Context
     ) -> asyncio.Task[Any]:
-        loop = self.site.bound
+        loop = self.binding.bound
         assert loop is not None
         return loop.create_task(coro, context=context)
 
     def _dispatch_ready(self, inline: bool) -> None:
         """Hand this pass's due callbacks to the loop (aiowheel._dispatch)."""
-        loop = self.site.bound
+        loop = self.binding.bound
         if loop is None:  # closed during the pass: what came due still runs
             loop = asyncio.get_running_loop()
         self._due.dispatch(loop, inline, self._debug, self._read)
@@ -452,7 +452,7 @@ class Driver(Owner):
     def _advance(self) -> None:
         """Advance to now: fire every due entry (callbacks queue in the dispatch), take the
         core's due handles, and record the lateness and the loop's lag."""
-        loop = self.site.bound
+        loop = self.binding.bound
         assert loop is not None
         store = self._store
         self._reaper.awake()
@@ -510,10 +510,10 @@ class Driver(Owner):
     def shutdown(self, exc: BaseException | None, cause: str | None) -> list[Handle]:
         """Close: cancel the wake-up and the reaper, let go of the loop, and abandon every
         pending entry (failing it with ``exc``, or cancelling it); the unfired handles."""
-        site = self.site
-        if site.closed:
+        binding = self.binding
+        if binding.closed:
             return []
-        site.close(cause)
+        binding.close(cause)
         self._origins = None
         self._reaper.stop()
         self._read = time.monotonic
@@ -533,7 +533,7 @@ class Driver(Owner):
     def refuse_closing_a_loops_own(self) -> None:
         """RuntimeError if this is a loop-mode loop's own driver and its loop is open: it holds
         the loop's own timers (``asyncio.sleep``'s among them), which closing would lose."""
-        if self._reaper.driven and not self.site.closed:
+        if self._reaper.driven and not self.binding.closed:
             raise RuntimeError(
                 "this Timer is its event loop's own (loop mode: every call_at / call_later of "
                 "the loop, asyncio.sleep's too, is on it): it closes with the loop "

@@ -257,6 +257,7 @@ class Scheduled(_Timed):
         self._task = None
         self._owner = owner
         future.add_done_callback(self._on_future_done)
+        owner._file(self, when)  # filed as it is made (refused at max_pending, as any entry)
 
     def _fire(self, owner: Owner) -> None:
         target = self._target

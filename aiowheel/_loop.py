@@ -252,7 +252,7 @@ class _LoopMode:
         if timer is None or loop.is_running():  # running: the base refuses, below
             super().run_forever()  # type: ignore[misc]
             return
-        site = timer._site
+        site = timer._binding
         site.thread.run_here(site.closed)
         try:
             super().run_forever()  # type: ignore[misc]
@@ -266,7 +266,7 @@ class _LoopMode:
         if timer is not None and not loop.is_running() and not loop.is_closed():
             for watcher in tuple(_watchers):
                 watcher("closing", loop)
-            with timer._site.thread.lock:  # never during a take-over
+            with timer._binding.thread.lock:  # never during a take-over
                 timer._driver.shutdown(None, " (its event loop was closed)")
         super().close()  # type: ignore[misc]
 
@@ -328,7 +328,7 @@ def _install(loop: Any, config: LoopConfig) -> None:
     threshold = _threshold(config.threshold, pad)
     calls = LoopCalls(
         driver,
-        driver.site,
+        driver.binding,
         threshold,
         pad,
         heap.slow_call_at,

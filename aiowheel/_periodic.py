@@ -185,6 +185,7 @@ class PeriodicHandle(_Runner):
         self._schedule = schedule
         self._count = 0
         self._cancelled = False
+        owner._file(self, self._when)  # filed as it is made, at its first beat
 
     @property
     def count(self) -> int:
@@ -259,6 +260,7 @@ class Watchdog(_Runner):
         super().__init__(owner, owner._loop_time() + timeout, callback, args, context)
         self._timeout = timeout
         self._state = "armed"
+        owner._file(self, self._when)  # filed as it is made
 
     @property
     def timeout(self) -> float:

@@ -80,7 +80,7 @@ class Timer:
     __slots__ = (
         "_driver",
         "_max_batch",
-        "_site",
+        "_binding",
         "_sleep_after",
         "_sleep_until",
         "_slots",
@@ -111,7 +111,7 @@ class Timer:
             NO_LIMIT if batch is None else batch,
         )
         # The driver's loop check (aiowheel._binding), asked first by every call.
-        self._site: Final = self._driver.site
+        self._binding: Final = self._driver.binding
         # What the sleeping coroutines are handed (aiowheel._awaiting): bound once, here.
         self._sleep_after: Final = self._driver._sleeper_after
         self._sleep_until: Final = self._driver._sleeper_at
@@ -125,7 +125,7 @@ class Timer:
 
     async def __aenter__(self) -> Timer:
         """Bind to the running loop and start the reaper."""
-        self._driver._running_loop()
+        self._binding.running_loop()
         return self
 
     def __aexit__(self, *exc_info: object) -> Coroutine[Any, Any, None]:
@@ -155,7 +155,7 @@ class Timer:
 
     def closed(self) -> bool:
         """True once the timer has been closed (or shut itself down)."""
-        return self._site.closed
+        return self._binding.closed
 
     # -- introspection -------------------------------------------------------------------------
 
@@ -164,8 +164,8 @@ class Timer:
         return self._driver.pending()
 
     def __repr__(self) -> str:
-        site = self._site
-        state = "closed" if site.closed else "running" if site.loop is not None else "unbound"
+        binding = self._binding
+        state = "closed" if binding.closed else "running" if binding.loop is not None else "unbound"
         build = "compiled" if is_compiled("aiowheel", COMPILED_MODULES) else "pure-Python"
         return (
             f"<Timer {state} tick={self._tick} slots={self._slots} pending={len(self)} "
@@ -184,7 +184,7 @@ class Timer:
 
     def time(self) -> float:
         """The loop's clock (``loop.time()``): the clock every deadline is measured against."""
-        return self._driver._loop_time()
+        return self._binding.loop_time()
 
     def stats(self) -> TimerStats:
         """Counters: pending, fired, cancelled, reaper wake-ups, max lateness seen."""
@@ -205,9 +205,9 @@ class Timer:
         ``when=inf`` never fires but is pending and cancellable; a past ``when`` fires on a
         coming loop iteration, never inside this call.
         """
-        site = self._site
-        if not site.on_loop():  # the loop check, inline: paid by every timer
-            site.check_loop()
+        binding = self._binding
+        if not binding.on_loop():  # the loop check, inline: paid by every timer
+            binding.check_loop()
         driver = self._driver
         if not isinstance(when, float):
             when = seconds("call_at(): deadline", when)
@@ -225,9 +225,9 @@ class Timer:
         context: contextvars.Context | None = None,
     ) -> Handle:
         """Run ``callback(*args)`` after ``delay`` seconds; like ``loop.call_later``."""
-        site = self._site
-        if not site.on_loop():  # the loop check, inline: paid by every timer
-            site.check_loop()
+        binding = self._binding
+        if not binding.on_loop():  # the loop check, inline: paid by every timer
+            binding.check_loop()
         driver = self._driver
         if not isinstance(delay, float):
             delay = seconds("call_later(): delay", delay)
@@ -275,7 +275,7 @@ class Timer:
         awaited" warning either)."""
         driver = self._driver
         try:
-            loop = driver._running_loop()
+            loop = self._binding.running_loop()
             if asyncio.iscoroutine(coro_or_function):
                 if args:
                     raise TypeError(f"{where}: takes no args with a coroutine object")
@@ -290,18 +290,15 @@ class Timer:
             else:
                 delay = seconds("schedule_later(): delay", when)
                 deadline = _validate.not_nan(
-                    driver._loop_time() + delay, "schedule_later(): delay"
+                    self._binding.loop_time() + delay, "schedule_later(): delay"
                 )
         except BaseException:
             if asyncio.iscoroutine(coro_or_function):
                 coro_or_function.close()
             raise
-        # A Scheduled start is filed like any entry (the driver refuses it at max_pending).
+        # A Scheduled start files itself like any entry (refused at max_pending).
         future: asyncio.Future[_T] = loop.create_future()
-        scheduled = Scheduled(
-            deadline, future, coro_or_function, args, contextvars.copy_context(), driver
-        )
-        driver._file(scheduled, deadline)
+        Scheduled(deadline, future, coro_or_function, args, contextvars.copy_context(), driver)
         return future
 
     def schedule_later(
@@ -320,17 +317,17 @@ class Timer:
         ...     await handle_request()
         """
         driver = self._driver
-        driver._running_loop()
+        self._binding.running_loop()
         if delay is None:
             return Timeout(None, driver)
         if not isinstance(delay, float):
             delay = seconds("timeout(): delay", delay)
-        return Timeout(_validate.not_nan(driver._now() + delay, "timeout(): delay"), driver)
+        return Timeout(_validate.not_nan(driver.now() + delay, "timeout(): delay"), driver)
 
     def timeout_at(self, when: Seconds | None) -> Timeout:
         """An ``asyncio.timeout_at(when)`` drop-in on this timer (None: no deadline)."""
         driver = self._driver
-        driver._running_loop()
+        self._binding.running_loop()
         if when is None:
             return Timeout(None, driver)
         if not isinstance(when, float):
@@ -367,17 +364,15 @@ class Timer:
         >>> beat.cancel()
         """
         driver = self._driver
-        driver._running_loop()
+        self._binding.running_loop()
         period = _validate.period("every(): interval", interval)
         policy = _validate.missed(missed, "every()")
         if not callable(callback):
             raise TypeError(f"every(): callback must be callable, got {type(callback).__name__}")
         first = self._first_deadline(start, period, "every()", "interval")
-        handle = PeriodicHandle(
+        return PeriodicHandle(
             driver, _Schedule(first, period, policy), callback, args, contextvars.copy_context()
         )
-        driver._file(handle, first)
-        return handle
 
     def interval(
         self, period: Seconds, *, missed: Name = "skip", start: Seconds | None = None
@@ -387,7 +382,7 @@ class Timer:
         >>> async for deadline in timer.interval(1.0):
         ...     await send_heartbeat()
         """
-        self._driver._running_loop()
+        self._binding.running_loop()
         every = _validate.period("interval(): period", period)
         policy = _validate.missed(missed, "interval()")
         first = self._first_deadline(start, every, "interval()", "period")
@@ -400,7 +395,7 @@ class Timer:
         ValueError if the period is below the float spacing there: each beat's deadline would
         be the last one's (the schedule could not advance)."""
         if start is None:
-            now = self._driver._loop_time()
+            now = self._binding.loop_time()
             first = now + period
             at = now
         else:
@@ -423,12 +418,10 @@ class Timer:
         >>> dog.feed()   # on every message from the peer
         """
         driver = self._driver
-        driver._running_loop()
+        self._binding.running_loop()
         silence = _validate.period("watchdog(): timeout", timeout)
         if not callable(on_expire):
             raise TypeError(
                 f"watchdog(): on_expire must be callable, got {type(on_expire).__name__}"
             )
-        dog = Watchdog(driver, silence, on_expire, args, contextvars.copy_context())
-        driver._file(dog, dog._when)
-        return dog
+        return Watchdog(driver, silence, on_expire, args, contextvars.copy_context())

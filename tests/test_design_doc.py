@@ -4,7 +4,9 @@ tests column names test files that exist, and every test file of a room is named
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 from tests.support import PACKAGE, ROOT
 
@@ -43,3 +45,51 @@ def test_every_room_names_its_tests_and_every_room_test_is_named() -> None:
     assert not unnamed, f"test files no module's row names: {sorted(unnamed)}"
     for group in GROUPS:
         assert list((ROOT / "tests" / group).glob("test_*.py")), f"tests/{group} is empty"
+
+
+def _imports_of(source: Path) -> set[str]:
+    """The aiowheel modules ``source`` imports anywhere in its code (at run time, lazily
+    inside a function, or for type checking alike)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text(), str(source))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:  # from ._x import y, from ._x.y import z
+                found.add(node.module.split(".")[0])
+            else:  # from . import _x, _y
+                found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aiowheel."):
+            found.add((node.module or "").split(".")[1])
+        elif isinstance(node, ast.Import):
+            found.update(
+                alias.name.split(".")[1]
+                for alias in node.names
+                if alias.name.startswith("aiowheel.")
+            )
+    return found
+
+
+def test_each_module_imports_only_modules_above_it_in_the_table() -> None:
+    # The page's first claim: the table runs from the bottom of the house up, so a module's
+    # imports are all rows above its own. The native core counts as its C file's row.
+    order = [module.rpartition(".")[0] for module in _rows()]
+    rank = {module: place for place, module in enumerate(order)}
+    upward = [
+        f"{module} imports {target}"
+        for module in order
+        if (PACKAGE / f"{module}.py").is_file()
+        for target in sorted(_imports_of(PACKAGE / f"{module}.py") - {module})
+        if target in rank and rank[target] > rank[module]
+    ]
+    assert upward == [], "rows that import a module below them in docs/design.md: " + "; ".join(
+        upward
+    )
+
+
+def test_the_order_check_reads_every_spelling_of_an_import(tmp_path: Path) -> None:
+    # The ways an aiowheel module names another: relative, absolute, lazily in a function.
+    room = tmp_path / "room.py"
+    room.write_text(
+        "from . import _a, _b\nfrom ._c import x\nimport aiowheel._d\n"
+        "from aiowheel._e import y\ndef f():\n    from ._core import DONE\n"
+    )
+    assert _imports_of(room) == {"_a", "_b", "_c", "_d", "_e", "_core"}

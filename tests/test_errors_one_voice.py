@@ -376,7 +376,7 @@ def _outcome(row: Row) -> tuple[str, str, list[str]]:
 
     async def main() -> None:
         async with Timer() as timer:
-            timer._site.check_loop()  # bound to the loop: its refusals are checked with it
+            timer._binding.check_loop()  # bound to the loop: its refusals are checked with it
             aiowheel.get_timer()  # the default Timer, bound before the call
             await attempt(Env(asyncio.get_running_loop(), timer))
 

@@ -99,7 +99,7 @@ def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
 # The rooms the driver is made of, each with its own state; other rooms ask them.
 DRIVER_ROOMS = ("_driver", "_binding", "_threads", "_store", "_reaper", "_dispatch")
 # Names under which those rooms' objects are held elsewhere.
-DRIVER_HELD = re.compile(r"(^|\.)(_?driver|_site|_store|store|_loop_thread|_reaper|lag)$")
+DRIVER_HELD = re.compile(r"(^|\.)(_?driver|_?binding|_site|_store|store|_loop_thread|_reaper|lag)$")
 
 
 def _writes(path: Path) -> list[tuple[int, str]]:

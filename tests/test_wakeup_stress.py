@@ -212,7 +212,7 @@ def test_a_foreign_take_over_lasts_one_call(base: Base) -> None:
     take-over lock that ``run_forever`` takes too."""
     loop = aiowheel.new_event_loop(base)
     try:
-        thread = loop._aiowheel.timer._site.thread
+        thread = loop._aiowheel.timer._binding.thread
         before = thread.ident
         answers: list[Any] = []
 
