@@ -14,7 +14,7 @@ time the caller left. Everything here is read when asked and costs nothing other
   :func:`track_origins`) each timer also records the line that filed it, at the cost of one
   stack walk per timer filed (measured on the performance page); off, filing pays one
   comparison.
-- :func:`loop_lag` reads a histogram the engine keeps per wheel pass (not per timer), so a
+- :func:`loop_lag` reads a histogram the driver keeps per wheel pass (not per timer), so a
   storm of due timers costs it one update.
 - :func:`current_deadline` scans the pending timers for the timeouts guarding the current task:
   no bookkeeping on the paths that enter and leave timeouts (their benchmarks do not move), at
@@ -22,7 +22,7 @@ time the caller left. Everything here is read when asked and costs nothing other
 
 Pure Python in both builds: nothing here is on a hot path. What runs once per pending timer
 (classifying it, counting it for the census, checking it for the timeouts guarding a task) runs
-in the engine and :mod:`aiowheel._observe`, compiled where they are.
+in the driver and :mod:`aiowheel._observe`, compiled where they are.
 """
 
 from __future__ import annotations
@@ -302,7 +302,7 @@ def timer_census(
     loop = _loop_of(loop, "timer_census()")
     if loop.is_closed():
         return []
-    # Counted by origin in the engines, without a snapshot of each timer; named once each.
+    # Counted by origin in the drivers, without a snapshot of each timer; named once each.
     keys: dict[tuple[str, object], int] = {}
     for view in views_of(loop):
         view.tally(keys)
@@ -381,14 +381,14 @@ def loop_lag(loop: asyncio.AbstractEventLoop | None = None, *, reset: bool = Fal
     largest = 0.0
     since = math.inf
     for view in views_of(loop):
-        counts, engine_count, engine_max, engine_since = view.take_lag(reset)
+        counts, driver_count, driver_max, driver_since = view.take_lag(reset)
         if len(counts) > len(histogram):
             histogram.extend([0] * (len(counts) - len(histogram)))
         for index, in_bucket in enumerate(counts):
             histogram[index] += in_bucket
-        count += engine_count
-        largest = max(largest, engine_max)
-        since = min(since, engine_since)
+        count += driver_count
+        largest = max(largest, driver_max)
+        since = min(since, driver_since)
     if since == math.inf:
         since = loop.time()
     return LoopLag(

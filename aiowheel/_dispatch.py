@@ -14,27 +14,15 @@ iteration runs one chunk, and one more for every ``PACE`` (a quarter of a second
 backlog's first callback is late, so the backlog runs faster only once it has truly fallen
 behind, and then until it keeps up.
 
-Why lateness, and why so slow a pace. Measured on the hub benchmark's mass expiry (5,000 idle
-timeouts closing their connections while 5,000 others talk; the performance page, "The
-pace"), over five rounds each:
-
-- The first pace gave the backlog as much time as the rest of the loop had taken since its last
-  chunk. That share counts as "the rest" the work the backlog's own callbacks leave behind (an
-  idle timeout closes its connection in microseconds; the close's cleanup runs on the next
-  iterations and costs more) and hands it back as backlog time: live messages waited 0.53x to
-  1.02x as long as on stock uvloop while the closes ran (three runs).
-- A pace of 20 ms of lateness per extra chunk: 0.52x (0.55x to 0.61x in two earlier runs). The
-  closes' own cleanup makes a mass expiry run a hundred milliseconds or more late however it is
-  paced, and at 20 ms a chunk that lateness bought five to ten chunks an iteration: iterations
-  of a hundred milliseconds again.
-- One chunk per iteration and nothing more: 0.04x, and starvation: in three rounds of five a
-  timer waited 2.6 to 2.8 s once, outside the closes (ten thousand messages arrive at once in
-  that phase: iterations of tens of milliseconds of reads).
-- A quarter of a second per extra chunk: 0.04x, every timer of the phase at most 0.18 to 0.27 s
-  late (stock uvloop's: 0.43 to 0.78 s), the closes done as soon as on uvloop. 0.1 s let two
-  rounds of five accelerate into 90 to 180 ms waits; 0.5 s let timers fall half a second
-  behind. Lateness is what the pace reads, not time: it grows only when callbacks come due
-  faster than they run.
+Why lateness, and why so slow a pace. Each design was measured on the hub benchmark's mass
+expiry (5,000 idle timeouts closing their connections while 5,000 others talk); the figures are
+on the performance page (docs/performance.md, "The pace"), kept there with their date and build
+rather than here, where they would go stale. In short: a share of the loop's own time hands the
+closes' cleanup back as backlog time; a pace of 20 ms buys iterations of a hundred
+milliseconds again; one chunk per iteration and nothing more starves timers for seconds; a
+quarter of a second kept every timer within a few tenths of a second with the closes done as
+soon as on stock uvloop. Lateness is what the pace reads, not time: it grows only when
+callbacks come due faster than they run.
 """
 
 from __future__ import annotations

@@ -1,24 +1,24 @@
-"""The contract between the engine and what it files: ``_Timed`` entries and their ``Owner``.
+"""The contract between the driver and what it files: ``_Timed`` entries and their ``Owner``.
 
-Why a module of its own. The engine (:mod:`aiowheel._engine`) calls its entries (an entry's
-``_fire`` when it comes due, ``_abandon`` when the engine closes under it), and the entries call
-the engine back (a handle's ``cancel`` unfiles it, a timeout files itself when its block is
+Why a module of its own. The driver (:mod:`aiowheel._driver`) calls its entries (an entry's
+``_fire`` when it comes due, ``_abandon`` when the driver closes under it), and the entries call
+the driver back (a handle's ``cancel`` unfiles it, a timeout files itself when its block is
 entered, a heartbeat re-files itself after each run). Written directly, that is an import cycle
-between the engine and every kind of entry. Here both sides meet on the lowest floor they
-share: :class:`Owner` is the engine's *protected API*, the few named operations an entry may
-ask of whoever filed it, and :class:`aiowheel._engine.Engine` implements it. Entries
+between the driver and every kind of entry. Here both sides meet on the lowest floor they
+share: :class:`Owner` is the driver's *protected API*, the few named operations an entry may
+ask of whoever filed it, and :class:`aiowheel._driver.Driver` implements it. Entries
 (:mod:`aiowheel._handles`, :mod:`aiowheel._timeout`, :mod:`aiowheel._periodic`) import this
-module, never the engine or the Timer, so the rooms form a stack with no arrow running back up.
+module, never the driver or the Timer, so the rooms form a stack with no arrow running back up.
 
 The operations are tokio's (``Handle::reregister``, ``clear_entry``) and Kafka's
 (``SystemTimer.addTimerTaskEntry``): *file* (admit, insert, and wake the reaper earlier if this
 is now the first bucket), *move* (lazily when later: only the exact deadline is rewritten and
 the entry is re-filed when its old bucket comes due; eagerly, with a re-arm, when earlier),
 *unfile*, *queue* a due callback in the current batch, and the loop check. Each is decided in
-exactly one place, the engine: nothing else writes the wheel or the wake-up.
+exactly one place, the driver: nothing else writes the wheel or the wake-up.
 
-Compiled build. ``Owner`` is a native class with no state; the engine subclasses it, so an
-entry's call through it is a direct (vtable) call in C, as cheap as a call on the engine itself.
+Compiled build. ``Owner`` is a native class with no state; the driver subclasses it, so an
+entry's call through it is a direct (vtable) call in C, as cheap as a call on the driver itself.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class Sleeper(_Timed):
 
 
 class Owner:
-    """What an entry may ask of the engine that files it (implemented by the engine).
+    """What an entry may ask of the driver that files it (implemented by the driver).
 
     Every method but :meth:`_running_loop`, :meth:`_loop_here` and :meth:`_loop_time` expects
     the caller to have checked the loop (it runs in the owner's loop's thread).

@@ -11,7 +11,7 @@ each pointing at the other. This is the pure-Python build's path (and the compil
 deadlines past the native core's grid); the compiled build's handles are the native core's
 (``aiowheel/_core.c``), one object that extends asyncio's layout in C.
 
-An entry holds the engine that filed it as an :class:`~aiowheel._entry.Owner` and asks it,
+An entry holds the driver that filed it as an :class:`~aiowheel._entry.Owner` and asks it,
 never the wheel, to take it out (``_unfile``), to run it in the batch of due callbacks
 (``_queue``) or to start a task (``_create_task``).
 """
@@ -182,9 +182,9 @@ class TimerHandle(asyncio.TimerHandle):
 class _Call(_Timed):
     """The wheel entry behind a :class:`TimerHandle`: links, tick, deadline, owner.
 
-    Everything else is the handle's; the engine reaches it through ``_handle`` (what
+    Everything else is the handle's; the driver reaches it through ``_handle`` (what
     ``pending_timers`` shows and what closing a timer hands back) or through the methods
-    below, which the engine calls on every entry.
+    below, which the driver calls on every entry.
     """
 
     __slots__ = ("_handle", "_owner")
@@ -201,7 +201,7 @@ class _Call(_Timed):
         self._owner = owner
 
     def _fire(self, owner: Owner) -> None:
-        # Queued in the engine's batch, which runs in a loop callback, not inside the reaper
+        # Queued in the driver's batch, which runs in a loop callback, not inside the reaper
         # task: the callback runs exactly as a loop.call_at callback does (no current task,
         # the loop's exception handler, KeyboardInterrupt leaves the loop) and nothing it
         # does can hurt the reaper. One loop callback per batch, not one per timer.

@@ -1,7 +1,7 @@
-"""What the engine can say about its timers when asked: what each one is, and the loop's lag.
+"""What the driver can say about its timers when asked: what each one is, and the loop's lag.
 
 :mod:`aiowheel._census` (``pending_timers``, ``timer_census``, ``current_deadline``...) asks; the
-engine answers with these. Kept out of :mod:`aiowheel._engine` so that the driver reads as the
+driver answers with these. Kept out of :mod:`aiowheel._driver` so that the driver reads as the
 driver, and compiled with it: the census of a server with 100k timers classifies every one of
 them, so :func:`classify` and :func:`origin_key` run once per pending timer, in C where the build
 is compiled. Nothing here is on a path a timer takes when nobody asks, except
@@ -58,7 +58,7 @@ def lag_bounds(index: int) -> tuple[float, float]:
 
 
 class LagHistogram:
-    """How late one engine's wheel passes ran, since :attr:`since` (loop time): recorded once
+    """How late one driver's wheel passes ran, since :attr:`since` (loop time): recorded once
     per pass that fired timers, weighted by how many it fired (:func:`aiowheel.loop_lag`)."""
 
     __slots__ = ("count", "counts", "largest", "listener", "since")

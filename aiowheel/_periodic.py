@@ -278,7 +278,7 @@ class Watchdog(_Runner):
         """
         if self._prev is None:
             return False
-        # Only the exact deadline moves (the engine's lazy push-back): the entry keeps its
+        # Only the exact deadline moves (the driver's lazy push-back): the entry keeps its
         # bucket and is re-filed from `_when` when that bucket comes due. This runs on every
         # message from the peer. (A closed timer has unlinked every entry: answered above.)
         owner = self._owner

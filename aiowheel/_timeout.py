@@ -116,7 +116,7 @@ class Timeout(_Timed):
                 raise RuntimeError("Timeout has not been entered")
             raise RuntimeError(f"Cannot change state of {self._state.value} Timeout")
         # The idle-timeout pattern calls this on every read: a later deadline is the
-        # engine's lazy push-back (a thread check, a clock read, two comparisons, one store;
+        # driver's lazy push-back (a thread check, a clock read, two comparisons, one store;
         # the entry keeps its bucket and is re-filed from `_when` when that bucket comes due).
         # While filed in the wheel, _soon is None (the two never coexist).
         if when is not None and not isinstance(when, float):

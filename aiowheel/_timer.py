@@ -1,13 +1,14 @@
-"""Timer: aiowheel's public API, over the engine that drives the wheel on a loop.
+"""Timer: aiowheel's public API, over the driver that drives the wheel on a loop.
 
 This module is the facade (tokio's ``Handle``, Kafka's ``SystemTimer``): each method checks
 the running loop and its arguments, with asyncio's messages, then hands a valid timer to the
-engine (:mod:`aiowheel._engine`), which alone owns the wheel, the clock, the wake-up handle,
-the loop binding, the reaper and dispatch. The theory of operation (ticks, the delay queue,
-dispatch, failure) is the engine's docstring. What is here: which checks each call makes and
-in what order, so that bad input raises a clear error and changes nothing (the checks
-themselves are :mod:`aiowheel._validate`'s), and the objects the API returns. Nothing here
-touches the wheel or the wake-up: every timer is filed by an engine method.
+driver (:mod:`aiowheel._driver`), which alone owns the store, the clock, the wake-up, the loop
+binding, the reaper and dispatch (each a room of its own under it). The theory of operation
+(ticks, the delay queue, dispatch, failure) is the driver's docstring. What is here: which
+checks each call makes and in what order, so that bad input raises a clear error and changes
+nothing (the checks themselves are :mod:`aiowheel._validate`'s), and the objects the API
+returns. Nothing here touches the wheel or the wake-up: every timer is filed by a driver
+method, or files itself through the driver's protected API (:class:`aiowheel._entry.Owner`).
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ class Timer:
     beyond it raises :class:`PendingLimitError` and changes nothing. ``max_batch`` bounds the
     due callbacks run per loop iteration (None: no bound): when more come due at once (a mass
     expiry), the rest run on the following iterations, in deadline order, with the loop
-    polling its I/O between chunks (and, on a loop busy elsewhere for more than 2 ms an
-    iteration, as much time for them as the rest of the loop took, so they never starve).
+    polling its I/O between chunks (and one more chunk an iteration for every quarter of a
+    second the backlog has fallen behind, so they never starve: :mod:`aiowheel._dispatch`).
 
     Use it as ``async with Timer() as timer:`` or let it bind lazily to the running loop on
     first use; share one per loop (:func:`aiowheel.get_timer`) rather than making many.
@@ -78,9 +79,9 @@ class Timer:
     """
 
     __slots__ = (
+        "_binding",
         "_driver",
         "_max_batch",
-        "_binding",
         "_sleep_after",
         "_sleep_until",
         "_slots",
@@ -388,9 +389,7 @@ class Timer:
         first = self._first_deadline(start, every, "interval()", "period")
         return Interval(self._driver, _Schedule(first, every, policy))
 
-    def _first_deadline(
-        self, start: Seconds | None, period: float, where: str, name: str
-    ) -> float:
+    def _first_deadline(self, start: Seconds | None, period: float, where: str, name: str) -> float:
         """A schedule's first deadline: ``start``, validated, or one period from now.
         ValueError if the period is below the float spacing there: each beat's deadline would
         be the last one's (the schedule could not advance)."""

@@ -2,7 +2,7 @@
 
 One module, so that each kind of value (a number of seconds, a deadline, a period, a tick, a
 threshold, a limit, a policy name) is checked one way, with one message, at every entry point:
-the Timer's API, the timeouts, the heartbeats, the engine and loop mode all call these.
+the Timer's API, the timeouts, the heartbeats, the driver and loop mode all call these.
 NaN is refused one way too: ``value != value`` (the only test that holds in both builds and
 costs no call), by :func:`not_nan`.
 

@@ -67,7 +67,7 @@ class Instrumentation:
         self._listened: list[View] = []
         self._listen()
 
-    def _engines(self) -> list[View]:
+    def _views(self) -> list[View]:
         loop = self._loop()
         if loop is None or self._closed:
             return []
@@ -89,10 +89,10 @@ class Instrumentation:
         self._lag.record(late, self._attributes)
 
     def _observe(self, index: int) -> Iterable[metrics.Observation]:
-        engines = self._engines()
-        if not engines and self._loop() is None:
+        views = self._views()
+        if not views and self._loop() is None:
             return []
-        total = sum(view.counters()[index] for view in engines)
+        total = sum(view.counters()[index] for view in views)
         return [metrics.Observation(total, self._attributes)]
 
     def _pending(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
