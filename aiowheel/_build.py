@@ -46,6 +46,7 @@ COMPILED_MODULES = (
     "_store",
     "_reaper",
     "_dispatch",
+    "_setup",
     "_driver",
     "_view",
     "_loopcalls",

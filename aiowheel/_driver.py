@@ -49,23 +49,21 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import sys
 import time
-import weakref
 from collections.abc import Callable, Coroutine
 from math import ceil
 from typing import Any, Final
 
 from . import _debug, _dispatch
 from ._binding import Binding
-from ._clock import Clock, clock_for
 from ._dispatch import Dispatch
-from ._entry import Owner, _Timed
+from ._entry import _Timed
 from ._errors import PendingLimitError
 from ._grid import SHRINK, Grid
 from ._handles import EMPTY_CONTEXT, Handle, TimerHandle, _Call
 from ._observe import LagHistogram
 from ._reaper import Reaper
+from ._setup import NO_LIMIT, Setup
 from ._store import store_for
 from ._threads import FOREIGN_CANCEL, FREE_THREADED, get_ident
 
@@ -75,45 +73,32 @@ __all__ = ["NO_LIMIT", "Driver"]
 # attribute named in a function is looked up in a dict on every call.
 _copy_context: Final = contextvars.copy_context
 
-NO_LIMIT: Final = sys.maxsize
-"""max_pending / max_batch None: no limit (a C static in the compiled build)."""
+class Driver(Setup):
+    """The wheel on one event loop: filing, the wake-up, the reaper and dispatch (its state
+    and its set-up on binding: :class:`aiowheel._setup.Setup`)."""
 
-
-class Driver(Owner):
-    """The wheel on one event loop: filing, the wake-up, the reaper and dispatch."""
-
-    __slots__ = (
-        "_cancelled_on_close",
-        "_debug",
-        "_due",
-        "_fired",
-        "_grid",
-        "_limit",
-        "_loop_thread",
-        "_max_lateness",
-        "_origins",
-        "_read",
-        "_reaper",
-        "_store",
-        "_tick",
-        "_wakeups",
-        "binding",
-        "lag",
-    )
+    __slots__ = ()
 
     def __init__(self, tick: float, slots: int, limit: int, max_batch: int) -> None:
         """An unbound driver; arguments checked by :class:`aiowheel.Timer`."""
-        self._store: Final = store_for(slots)
-        self._tick: Final = tick
-        self._grid: Final = Grid(tick)
-        self._limit: Final = limit
-        self._due: Final = Dispatch(max_batch, self._store.run)
+        self._store = store_for(slots)
+        self._tick = tick
+        self._grid = Grid(tick)
+        self._limit = limit
+        self._due = Dispatch(max_batch, self._store.run)
         # The loop check, the binding and the thread (aiowheel._binding): asked directly.
-        self.binding: Final = Binding(self, self._bind, self._sync)
-        self._loop_thread: Final = self.binding.thread
+        self.binding = Binding(self, self._bind, self._sync)
+        self._loop_thread = self.binding.thread
         self._debug = False
+        self._read = time.monotonic
+        self._fired = 0
+        self._cancelled_on_close = 0
+        self._wakeups = 0
+        self._max_lateness = 0.0
+        self.lag = LagHistogram(0.0)
+        self._origins = None
         # The one wake-up and what it wakes (aiowheel._reaper): filings read its `armed`.
-        self._reaper: Final = Reaper(
+        self._reaper = Reaper(
             self._store,
             self._grid,
             self._advance,
@@ -121,97 +106,6 @@ class Driver(Owner):
             self._is_closed,
             self.shutdown,
         )
-        self._read: Callable[[], float] = time.monotonic
-        self._fired = 0
-        self._cancelled_on_close = 0
-        self._wakeups = 0
-        self._max_lateness = 0.0
-        self.lag: Final = LagHistogram(0.0)
-        # Where each pending timer was filed from, while origin tracking is on; else None.
-        self._origins: _debug.Origins | None = None
-
-    # -- binding (aiowheel._binding asks; the driver sets up its clock, store and reaper) --------
-
-    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Bound lazily, at first use, to the running ``loop``, with a reaper task."""
-        clock = clock_for(loop)
-        self._start(loop, clock)
-        self._reaper.start_task(loop, clock)
-        self.binding.open(loop)
-
-    def drive_loop(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
-        """Become ``loop``'s own driver, before the loop runs (aiowheel._loop): no reaper
-        task; the wake-up is filed by ``clock`` and its callback is the pass."""
-        self._reaper.drive(clock)
-        self._start(loop, clock)
-        self.binding.open(loop)
-
-    def _start(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
-        """Take ``loop`` (the binding), its clock and its debug flag; make the store's core."""
-        self.binding.adopt(loop)
-        self._read = read = clock.time
-        grid = self._grid
-        grid.start(read())
-        self.lag.since = grid.epoch
-        self._debug = loop.get_debug()
-        if self._debug or _view_tracks(loop):
-            self.track_origins(True)
-        self._store.attach(self._arm, self._tick, grid.epoch, read, self._claim_for_cancel)
-        self._sync()
-
-    def use_clock(self, clock: Clock) -> None:
-        """Run by ``clock`` from now on (loop mode: a loop whose ``time`` was replaced, or a
-        virtual clock). As on asyncio's heap, where a replaced ``loop.time`` decides what is
-        due: the wheel keeps the tick it has reached, now on the new clock (the epoch moves),
-        and every pending timer is filed again by its deadline on that clock."""
-        self._reaper.use_clock(clock)
-        self._read = read = clock.time
-        if self.binding.bound is None or self.binding.closed:
-            return
-        store = self._store
-        self._grid.rebase(read(), store.elapsed)
-        entries = store.drain()
-        entries.sort(key=_dispatch.deadline_of)  # by deadline, then filing stamp
-        for entry in entries:
-            assert isinstance(entry, _Timed)
-            store.insert(entry, self._tick_for(entry._when))
-        store.set_clock(read, self._grid.epoch)
-        if not self._reaper.running:  # else the pass under way re-arms when it ends
-            self._arm()
-
-    def front(self, threshold: float, near_pad: float, *calls: Any) -> Any:
-        """Loop mode's ``call_at`` / ``call_later`` in native code, or None (see
-        :meth:`aiowheel._store.Store.front`)."""
-        front = self._store.front(threshold, near_pad, *calls)
-        self._sync()
-        return front
-
-    def _sync(self) -> None:
-        """Tell the store what decides the core's fast lane (loop mode's calls file there
-        directly unless closed, in debug mode, noting origins, or counting against
-        max_pending) and whose thread may cancel."""
-        self._store.sync(
-            not self.binding.closed
-            and not self._debug
-            and self._origins is None
-            and self._limit == NO_LIMIT,
-            self._debug,
-            self._loop_thread.ident,
-        )
-
-    def set_debug(self, enabled: bool) -> None:
-        """Follow the loop's debug mode (debug mode tracks where timers are filed from)."""
-        self._debug = enabled
-        loop = self.binding.bound
-        self.track_origins(enabled or (loop is not None and _view_tracks(loop)))
-
-    def track_origins(self, enabled: bool) -> None:
-        """Start (keeping what is noted) or stop noting where each timer is filed from."""
-        if not enabled:
-            self._origins = None
-        elif self._origins is None:
-            self._origins = _debug.Origins()
-        self._sync()
 
     # -- the read side (aiowheel._view reads these; nothing else) ---------------------------------
 
@@ -549,16 +443,6 @@ class Driver(Owner):
         if reaper is asyncio.current_task():
             reaper = None
         return unfired, reaper
-
-
-def _view_tracks(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether origin tracking is on for ``loop`` (aiowheel.track_origins)."""
-    return loop in tracked_loops
-
-
-# Loops whose drivers note where each timer is filed from (aiowheel.track_origins; kept by
-# aiowheel._view, here because a driver bound later reads it).
-tracked_loops: Final[weakref.WeakSet[asyncio.AbstractEventLoop]] = weakref.WeakSet()
 
 
 def _allowed() -> bool:

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ._binding import listed_on
-from ._driver import Driver, tracked_loops
+from ._driver import Driver
 from ._entry import _Timed
 from ._handles import _Call
 from ._observe import asyncio_timeout_task, classify, origin_key
+from ._setup import tracked_loops
 from ._timeout import Timeout
 
 __all__ = ["View", "track_loop", "views_of"]

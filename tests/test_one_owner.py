@@ -20,7 +20,7 @@ MODULES = {path.stem: path for path in sorted(PACKAGE.glob("*.py"))}
 # The driver's own state: only the driver (and the store and the sans-IO wheel, for their own
 # attributes) may name it. Everything else asks the driver (aiowheel._entry.Owner, or its
 # small API: aiowheel._view reads it, aiowheel._loop and _loopcalls drive it).
-ENGINE_STATE = re.compile(r"\._(wheel|store|armed|due|reaper|wake_handle)\b|\._arm\(")
+DRIVER_STATE = re.compile(r"\._(wheel|store|armed|due|reaper|wake_handle)\b|\._arm\(")
 
 
 def _imports(path: Path) -> set[str]:
@@ -45,18 +45,18 @@ def test_only_the_driver_touches_the_store_and_the_wake_up() -> None:
     offenders = [
         f"{path.name}:{number}: {line.strip()}"
         for name, path in MODULES.items()
-        if name not in ("_driver", "_reaper", "_store", "_wheel")
+        if name not in ("_driver", "_setup", "_reaper", "_store", "_wheel")
         for number, line in enumerate(path.read_text().splitlines(), 1)
-        if ENGINE_STATE.search(line) and not line.startswith(("from ", "import "))
+        if DRIVER_STATE.search(line) and not line.startswith(("from ", "import "))
     ]
     assert offenders == []
 
 
 def test_the_guard_itself_sees_a_write_to_the_wheel() -> None:
-    # The pattern above must match the ways the engine's state is named.
+    # The pattern above must match the ways the driver's state is named.
     for line in ("timer._wheel.remove(self)", "self._timer._arm()", "x._reaper", "t._due"):
-        assert ENGINE_STATE.search(line), line
-    assert not ENGINE_STATE.search("owner._unfile(self)")
+        assert DRIVER_STATE.search(line), line
+    assert not DRIVER_STATE.search("owner._unfile(self)")
 
 
 @pytest.mark.parametrize("room", ["_timeout", "_periodic", "_awaiting", "_handles", "_entry"])
@@ -97,7 +97,7 @@ def test_the_circle_check_finds_a_circle(tmp_path: Path) -> None:
 # -- and sizes a reader can hold in one sitting
 
 # The rooms the driver is made of, each with its own state; other rooms ask them.
-DRIVER_ROOMS = ("_driver", "_binding", "_threads", "_store", "_reaper", "_dispatch")
+DRIVER_ROOMS = ("_driver", "_setup", "_binding", "_threads", "_store", "_reaper", "_dispatch")
 # Names under which those rooms' objects are held elsewhere.
 DRIVER_HELD = re.compile(r"(^|\.)(_?driver|_?binding|_site|_store|store|_loop_thread|_reaper|lag)$")
 
@@ -211,9 +211,6 @@ def _spans(path: Path) -> list[tuple[str, str, int]]:
 # Classes over ~450 lines and functions over ~60 (issue 40), each with the size it must not
 # grow past and why it is still there: a ratchet, lowered as each is taken apart.
 OVERSIZE = {
-    # file, move, unfile, the pass, closing, the callback maker and the set-up on binding:
-    # about the bound (466 lines); the set-up on binding is the next piece to carve out.
-    "_driver:Driver": 470,
     "pytest:pytest_addoption": 100,  # one option table, read top to bottom
     "_purgatory:Purgatory.wait": 64,  # the checks of a public call, in the order they run
     "_deadline:Settings.__init__": 64,  # a server adapter's documented parameters, checked once
