@@ -348,3 +348,16 @@ def test_gunicorn_workers_name_bases_the_factory_knows() -> None:
 
     for _module, _cls, _package, base in aiowheel.gunicorn._WORKERS.values():
         aiowheel.loops.factory(base)  # raises for a name that is not a base's (or auto)
+
+
+def test_the_pads_are_the_measured_ones() -> None:
+    # The loop-mode page and aiowheel._loop's docstring: a millisecond on uvloop (whole
+    # milliseconds) and veloxloop (its own timers fire early), a microsecond on rloop, zuvloop
+    # and zloop, none on asyncio's heap (bracio's too).
+    pads = {record.name: record.pad for record in _bases.RECORDS}
+    assert pads == {
+        "asyncio": 0.0, "uvloop": 1e-3, "rloop": 1e-6, "zuvloop": 1e-6,
+        "veloxloop": 1e-3, "zloop": 1e-6, "bracio": 0.0,
+    }  # fmt: skip
+    assert [record.name for record in _bases.RECORDS if record.all_on_the_wheel] == ["bracio"]
+    assert [record.name for record in _bases.RECORDS if record.libuv] == ["uvloop", "zuvloop"]
