@@ -84,7 +84,7 @@ from decimal import Decimal
 from math import inf, nan
 from typing import Any, Final, TypeVar
 
-from . import _census, _dispatch, _scheduled, _store, _validate, _virtual
+from . import _bases, _census, _dispatch, _scheduled, _store, _validate, _virtual
 from ._clock import STATE_ATTRIBUTE, Clock
 from ._loopcalls import LoopCalls
 from ._timer import Timer
@@ -621,35 +621,15 @@ def _no_earlier_float(value: Any, what: str) -> float:
     return result
 
 
-# How late a near timer is filed on each base's heap so that it never runs before its deadline
-# by the loop's own clock. Measured with 20,000 timers 0-9 ms ahead, half call_at and half
-# call_later (the never-early test of the loop-mode tests):
-# - asyncio: none early. Its heap runs a handle at most its clock's resolution (1 ns on Linux)
-#   before the deadline, and the callback's own loop.time() is always later than that.
-# - uvloop: about half early, by up to 0.5 ms: it turns a deadline into a delay in whole
-#   milliseconds, rounded to the nearest. One millisecond covers it.
-# - rloop: a few in 20,000 early, by under 0.4 us (a microsecond clock). One microsecond.
-# - zuvloop: none early in 100,000; its timer code is native and not checked here, so it
-#   gets rloop's microsecond, which costs nothing anyone can see.
-# - veloxloop: its own timers ran early in the bench's fire storms (454 of 500; half by 0.4 ms
-#   or more) and in one run of 20,000 here (168, by up to 0.9 ms; none in 9 runs after): the
-#   millisecond.
-# - zloop: none early in 170,000. bracio subclasses asyncio.BaseEventLoop (no pad; none early in
-#   170,000 on its native heap).
-# A base not measured here gets the millisecond: libuv's granularity, the safe guess.
-_PADS: Final = {"rloop": 1e-6, "zuvloop": 1e-6, "uvloop": 1e-3, "veloxloop": 1e-3, "zloop": 1e-6}
-_UNMEASURED_PAD: Final = 1e-3
-
-
 def _near_pad(base: type[asyncio.AbstractEventLoop]) -> float:
-    """How much later than asked a near timer goes on ``base``'s heap (see ``_PADS``)."""
+    """How much later than asked a near timer goes on ``base``'s heap: its record's ``pad``
+    (:attr:`aiowheel._bases.Base.pad`, measured there); none on asyncio's heap (a subclass of
+    ``asyncio.BaseEventLoop``: exact), a millisecond on a base with no record
+    (:data:`aiowheel._bases.UNMEASURED_PAD`). Read once per loop, when it is made."""
     if issubclass(base, asyncio.BaseEventLoop):
         return 0.0
-    for klass in base.__mro__:  # a subclass of uvloop.Loop keeps uvloop's heap
-        pad = _PADS.get(klass.__module__.partition(".")[0])
-        if pad is not None:
-            return pad
-    return _UNMEASURED_PAD
+    record = _bases.of_class(base)  # a subclass of uvloop.Loop keeps uvloop's heap
+    return _bases.UNMEASURED_PAD if record is None else record.pad
 
 
 def _threshold(threshold: float, pad: float) -> float:

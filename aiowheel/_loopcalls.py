@@ -11,8 +11,8 @@ Where a call goes:
 - a float deadline (or an int one that converts exactly) at least ``threshold`` ahead, with a
   callable, on an open driver: the wheel;
 - a nearer one, known to be a number and not NaN: straight to the base loop's own heap, padded
-  by ``near_pad`` where that heap would run it early by the loop's clock (aiowheel._loop's
-  ``_PADS``); a deadline already passed is never padded. But a near deadline still ahead goes
+  by ``near_pad`` where that heap would run it early by the loop's clock (its base's record,
+  aiowheel._bases); a deadline already passed is never padded. But a near deadline still ahead goes
   to the wheel when a wheel timer may run by its tick (``Driver.due_by``: the tick is at or
   past the armed expiration): the heap runs a timer at its exact deadline, the wheel at its
   tick, so a near timer on the heap could run before a wheel timer of the same deadline or an

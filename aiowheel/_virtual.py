@@ -169,7 +169,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
-from . import _validate
+from . import _bases, _validate
 from ._clock import STATE_ATTRIBUTE
 
 if TYPE_CHECKING:
@@ -1069,33 +1069,34 @@ class _WrappingLoader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-_LIBUV: Final = ("uvloop", "zuvloop")
-
-
 def _resolver_pool(loop: Any) -> _LibuvPool | None:
-    """The threads ``loop``'s base resolves names in, watched (libuv's: uvloop, zuvloop), or
-    None (asyncio's and rloop's go through ``run_in_executor``; or threads cannot be read)."""
+    """The threads ``loop``'s base resolves names in, watched (libuv's: the bases whose record
+    says ``libuv``, uvloop and zuvloop), or None (asyncio's and rloop's go through
+    ``run_in_executor``; or threads cannot be read)."""
     sampler = _sampler() if _libuv(loop) else None
     return None if sampler is None else _LibuvPool(sampler)
 
 
 def _libuv(loop: Any) -> bool:
-    """Whether ``loop``'s base runs on libuv (uvloop, zuvloop)."""
-    base = type(loop)._aiowheel_config.base
-    return any(klass.__module__.partition(".")[0] in _LIBUV for klass in base.__mro__)
+    """Whether ``loop``'s base runs on libuv (its record's ``libuv``: uvloop, zuvloop)."""
+    record = _bases.of_class(type(loop)._aiowheel_config.base)
+    return record is not None and record.libuv
 
 
 def _requeue_for(loop: Any, clock: VirtualClock) -> Callable[[Callable[[], None]], object]:
-    """How the probe comes back: with the loop's ``call_soon`` where every iteration of the
-    loop polls its I/O (libuv's loops: uvloop, zuvloop); as a timer on the base's own heap
-    where an iteration with callbacks queued may skip the poll (rloop skips it for up to 250 us
-    after the last one; a due timer makes it poll): on rloop a timer due at once (its native
-    ``_call_later`` of 0 us), elsewhere (bases not measured here) one of a microsecond."""
+    """How the probe comes back, as the base's record says (``requeue``): with the loop's
+    ``call_soon`` where every iteration of the loop polls its I/O (libuv's loops: uvloop,
+    zuvloop); as a timer on the base's own heap where an iteration with callbacks queued may
+    skip the poll (rloop skips it for up to 250 us after the last one; a due timer makes it
+    poll): on rloop a timer due at once (its native ``_call_later`` of 0 us), elsewhere (bases
+    not measured here) one of a microsecond."""
     base = type(loop)._aiowheel_config.base
-    if _libuv(loop):
+    record = _bases.of_class(base)
+    if record is not None and record.requeue == "call_soon":
         return clock._base_call_soon
     native_call_later = getattr(base, "_call_later", None)
-    if native_call_later is not None and base.__module__.partition(".")[0] == "rloop":
+    own = _bases.of_module(base.__module__)
+    if native_call_later is not None and own is not None and own.requeue == "native_call_later":
         # rloop's native call_later takes whole microseconds, and a timer of 0 is due at once:
         # the next step polls with a zero timeout. Through the public call_later the smallest
         # timer is 1 us, which its poll (epoll, milliseconds) rounds up to a 1 ms wait: two

@@ -22,17 +22,21 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import loops
+from . import _bases, loops
 
 __all__ = ["register"]
 
-# granian's --loop name -> (the packages granian checks for it, aiowheel's factory)
-_CHOICES: dict[str, tuple[list[str], Callable[[], asyncio.AbstractEventLoop]]] = {
-    "asyncio": ([], loops.asyncio_loop),
-    "uvloop": (["uvloop"], loops.uvloop),
-    "rloop": (["rloop"], loops.rloop),
-    "auto": ([], loops.auto),
-}
+
+def _choices() -> dict[str, tuple[list[str], Callable[[], asyncio.AbstractEventLoop]]]:
+    """granian's ``--loop`` name -> (the packages granian checks for it, aiowheel's factory):
+    every base whose record says granian offers it (:mod:`aiowheel._bases`), then ``auto``."""
+    choices = {
+        record.name: ([] if record.module is None else [record.module], loops.factory(record.name))
+        for record in _bases.RECORDS
+        if record.granian
+    }
+    choices["auto"] = ([], loops.auto)
+    return choices
 
 
 def _builder(factory: Callable[[], asyncio.AbstractEventLoop]) -> Callable[..., Any]:
@@ -61,7 +65,7 @@ def register() -> None:
             f"aiowheel.granian needs granian's loop registry (granian.loops), which granian "
             f"{getattr(granian, '__version__', '?')} lacks: pip install -U 'granian>=2.8'"
         )
-    for name, (packages, factory) in _CHOICES.items():
+    for name, (packages, factory) in _choices().items():
         registry.register(name, packages=packages)(_builder(factory))
 
 

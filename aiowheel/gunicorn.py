@@ -29,11 +29,12 @@ from typing import Any
 
 from . import loops
 
-# class name -> (module and class of the server's worker, pip package, loop factory path)
+# class name -> (module and class of the server's worker, pip package, base loop's name: its
+# factory is aiowheel.loops.factory's)
 _WORKERS = {
     "UvicornWorker": ("uvicorn_worker", "UvicornWorker", "uvicorn-worker", "auto"),
     "UvicornUVLoopWorker": ("uvicorn_worker", "UvicornWorker", "uvicorn-worker", "uvloop"),
-    "AiohttpWorker": ("aiohttp.worker", "GunicornWebWorker", "aiohttp", "asyncio_loop"),
+    "AiohttpWorker": ("aiohttp.worker", "GunicornWebWorker", "aiohttp", "asyncio"),
     "AiohttpUVLoopWorker": ("aiohttp.worker", "GunicornWebWorker", "aiohttp", "uvloop"),
     "AsgiWorker": ("gunicorn.workers.gasgi", "ASGIWorker", "gunicorn>=27", "auto"),
 }
@@ -55,9 +56,10 @@ def _server_worker(module_name: str, class_name: str, package: str) -> type[Any]
 
 
 def _make(name: str) -> type[Any]:
-    module_name, class_name, package, factory_name = _WORKERS[name]
+    module_name, class_name, package, base_name = _WORKERS[name]
     original = _server_worker(module_name, class_name, package)
-    factory = getattr(loops, factory_name)
+    factory = loops.factory(base_name)
+    factory_name = factory.__name__
     doc = f"{module_name}.{class_name} on a loop-mode loop (aiowheel.loops.{factory_name})."
     if module_name == "uvicorn_worker":
         config = {**original.CONFIG_KWARGS, "loop": f"aiowheel.loops:{factory_name}"}
@@ -71,7 +73,7 @@ def _make(name: str) -> type[Any]:
             chosen = factory
             if module_name == "gunicorn.workers.gasgi":
                 asked = getattr(self.cfg, "asgi_loop", "auto")
-                chosen = getattr(loops, "asyncio_loop" if asked == "asyncio" else asked)
+                chosen = loops.factory(asked)
             self.loop = chosen()
             asyncio.set_event_loop(self.loop)
             worker_base.init_process(self)

@@ -9,7 +9,8 @@ Each function returns a new loop-mode loop (every ``call_at`` / ``call_later`` o
 on the loop's wheel, see :func:`aiowheel.new_event_loop`) over one base loop. Being plain
 module-level functions they pickle by name, so ``--workers`` and ``--reload`` carry them into
 worker processes. A base library that is not installed raises ImportError naming the pip extra
-that installs it; nothing else is changed.
+that installs it; nothing else is changed. :func:`factory` gives the function of a base's name
+(``factory("uvloop") is uvloop``), for programs told a name rather than an import path.
 
 ``auto`` picks the fastest base installed for timers, among those that keep asyncio's contract
 as tested here: zuvloop (3.14+), then uvloop, then asyncio's own loop. rloop is never picked
@@ -30,8 +31,10 @@ import importlib.util
 import logging
 import os
 import warnings
-from typing import Final
+from collections.abc import Callable
+from typing import Final, cast
 
+from . import _bases
 from ._loop import new_event_loop
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "auto_base",
     "base_class",
     "bracio",
+    "factory",
     "installed",
     "rloop",
     "uvloop",
@@ -49,20 +53,13 @@ __all__ = [
     "zuvloop",
 ]
 
-#: The base loops by name, each with the pip extra that installs it. The loops of 2026
-#: (veloxloop and bracio on Rust, zloop on Zig) come with the ``bench`` extra: each passed
-#: CPython's timer tests under loop mode as on its own (tests/conformance). rsloop is not
-#: here: its loop class does not derive from asyncio.AbstractEventLoop, which loop mode asks
-#: of a base.
-BASES: Final = {
-    "asyncio": None, "uvloop": "uvloop", "rloop": "rloop", "zuvloop": "zuvloop",
-    "veloxloop": "bench", "zloop": "bench", "bracio": "bench",
-}  # fmt: skip
-# Bases whose wheels are for newer Pythons only: the first one.
-_NEEDS: Final = {"zuvloop": "3.14", "zloop": "3.12"}
-
-# auto's order of preference (see the module docstring).
-_AUTO: Final = ("zuvloop", "uvloop")
+#: The base loops by name, each with the pip extra that installs it (None: none needed), in
+#: the order of their records (:mod:`aiowheel._bases`, where each base's facts are). The loops
+#: of 2026 (veloxloop and bracio on Rust, zloop on Zig) come with the ``bench`` extra: each
+#: passed CPython's timer tests under loop mode as on its own (tests/conformance). rsloop is not
+#: here: its loop class does not derive from asyncio.AbstractEventLoop, which loop mode asks of
+#: a base.
+BASES: Final = {record.name: record.extra for record in _bases.RECORDS}
 
 _classes: dict[str, type[asyncio.AbstractEventLoop]] = {}
 
@@ -102,9 +99,10 @@ def base_class(name: str) -> type[asyncio.AbstractEventLoop] | None:
             f"base_class(): name must be a base loop's name ({', '.join(BASES)}), "
             f"got {type(name).__name__}"
         )
-    if name not in BASES:
+    record = _bases.by_name(name)
+    if record is None:
         raise ValueError(f"base_class(): unknown base loop {name!r}; known: {', '.join(BASES)}")
-    if name == "asyncio":
+    if record.module is None:  # asyncio's default loop
         return None
     found = _classes.get(name)
     if found is not None:
@@ -115,22 +113,22 @@ def base_class(name: str) -> type[asyncio.AbstractEventLoop] | None:
             # from 3.14: its warning, not the program's (and an error under -W error).
             warnings.filterwarnings("ignore", "'asyncio.AbstractEventLoopPolicy' is deprecated",
                                     DeprecationWarning)  # fmt: skip
-            module = importlib.import_module(name)
+            module = importlib.import_module(record.module)
     except ImportError as exc:
-        needs = f" (on Python {_NEEDS[name]}+)" if name in _NEEDS else ""
+        needs = f" (on Python {record.python}+)" if record.python is not None else ""
         raise ImportError(
-            f"aiowheel.loops.{name} needs {name}, which is not installed here: "
-            f"pip install 'aiowheel[{BASES[name]}]'{needs}"
+            f"aiowheel.loops.{record.factory} needs {record.module}, which is not installed "
+            f"here: pip install 'aiowheel[{record.extra}]'{needs}"
         ) from exc
     # The class the library's own factory makes (uvloop.Loop, rloop's RLoop, zuvloop's
-    # EventLoop): asked of a probe, since not every library exports it under one name. bracio
-    # has no factory: its class is the one it exports.
-    if hasattr(module, "new_event_loop"):
+    # EventLoop): asked of a probe, since not every library exports it under one name. A
+    # library with no factory (bracio) names its class in its record.
+    if record.class_name is None:
         probe = module.new_event_loop()
         probe.close()
         found = type(probe)
     else:
-        found = module.BracioLoop
+        found = getattr(module, record.class_name)
     _classes[name] = found
     return found
 
@@ -143,8 +141,9 @@ def installed() -> dict[str, type[asyncio.AbstractEventLoop] | None]:
     ['asyncio', 'uvloop', 'rloop']
     """
     found: dict[str, type[asyncio.AbstractEventLoop] | None] = {}
-    for name in BASES:
-        if name != "asyncio" and importlib.util.find_spec(name) is None:
+    for record in _bases.RECORDS:
+        name = record.name
+        if record.module is not None and importlib.util.find_spec(record.module) is None:
             continue
         try:
             found[name] = base_class(name)
@@ -153,19 +152,15 @@ def installed() -> dict[str, type[asyncio.AbstractEventLoop] | None]:
     return found
 
 
-# The bases whose factory files every deadline ahead on the wheel (threshold 0) instead of
-# leaving near timers on the base's heap. bracio 0.0.1 runs a handle after it was cancelled,
-# its timers' and its call_soon's alike: the callback does not run (asyncio's cancel cleared
-# it), but each reports "Exception in callback None()" to the loop's exception handler (37,342
-# reports for 50,000 cancelled 5 ms timers; 0 with every one on the wheel, where a cancel
-# holds: python -m bench.cancels). Past deadlines and call_soon still go to bracio.
-_ALL_ON_THE_WHEEL: Final = frozenset({"bracio"})
-
-
 def _over(name: str) -> asyncio.AbstractEventLoop:
-    """A loop-mode loop over base ``name``, announced as made by the factory of that name."""
+    """A loop-mode loop over base ``name``, announced as made by the factory of that name.
+
+    A base whose record says ``all_on_the_wheel`` (bracio: it runs handles after they are
+    cancelled) gets ``threshold=0``: every deadline ahead on the wheel, where a cancel holds.
+    """
     base = base_class(name)
-    if name in _ALL_ON_THE_WHEEL:
+    record = _bases.by_name(name)
+    if record is not None and record.all_on_the_wheel:
         loop = new_event_loop(base, threshold=0.0)
     else:
         loop = new_event_loop(base)
@@ -213,9 +208,9 @@ def bracio() -> asyncio.AbstractEventLoop:
 
 def auto_base() -> type[asyncio.AbstractEventLoop] | None:
     """The base class :func:`auto` uses here (None: asyncio's default loop)."""
-    for name in _AUTO:
-        if importlib.util.find_spec(name) is not None:
-            return base_class(name)
+    for record in _bases.AUTO:  # zuvloop, then uvloop (the module docstring)
+        if record.module is not None and importlib.util.find_spec(record.module) is not None:
+            return base_class(record.name)
     return None
 
 
@@ -225,3 +220,28 @@ def auto() -> asyncio.AbstractEventLoop:
     loop = new_event_loop(base)
     _announce("auto", base)
     return loop
+
+
+def factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The zero-argument loop factory of base ``name`` (a name of :data:`BASES`, or ``"auto"``):
+    the function of this module that makes its loops, so ``factory("uvloop") is uvloop``,
+    ``factory("asyncio") is asyncio_loop`` and ``factory("auto") is auto``. For a program or a
+    server that is told a base's name (``--base uvloop``) and wants its loop-mode loops.
+
+    >>> asyncio.run(main(), loop_factory=aiowheel.loops.factory("uvloop"))
+
+    Nothing is imported until the factory is called (then ImportError, naming the pip extra, for
+    a base library that is not installed). ValueError for an unknown name, naming it and the
+    known ones (TypeError for what is not a str).
+    """
+    if not isinstance(name, str):
+        raise TypeError(
+            f"factory(): name must be a base loop's name ({', '.join(BASES)}, auto), "
+            f"got {type(name).__name__}"
+        )
+    if name == "auto":
+        return auto
+    record = _bases.by_name(name)
+    if record is None:
+        raise ValueError(f"factory(): unknown base loop {name!r}; known: {', '.join(BASES)}, auto")
+    return cast("Callable[[], asyncio.AbstractEventLoop]", globals()[record.factory])

@@ -63,7 +63,7 @@ async def _churn(cancels: int) -> dict[str, int]:
 
 def _factories(name: str) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     base = aiowheel.loops.base_class(name)
-    named = getattr(aiowheel.loops, "asyncio_loop" if name == "asyncio" else name)
+    named = aiowheel.loops.factory(name)
     own: Callable[[], asyncio.AbstractEventLoop] = (
         asyncio.new_event_loop if base is None else base
     )

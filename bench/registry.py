@@ -20,11 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiowheel.loops import BASES
+
 from . import workloads as w
 
-# The loop-mode bases (aiowheel.loops.BASES), then the loops that run as peers only: rsloop's
-# loop class is not an asyncio.AbstractEventLoop, which loop mode asks of a base.
-LOOPS = ("asyncio", "uvloop", "rloop", "zuvloop", "veloxloop", "zloop", "bracio")
+# The loop-mode bases (aiowheel.loops.BASES, from their records in aiowheel._bases), then the
+# loops that run as peers only: rsloop's loop class is not an asyncio.AbstractEventLoop, which
+# loop mode asks of a base.
+LOOPS = tuple(BASES)
 PEER_ONLY = ("rsloop",)
 PEERS = tuple(f"loop/{loop}" for loop in (*LOOPS, *PEER_ONLY))
 LOOP_MODE = tuple(f"loop-mode/{loop}" for loop in LOOPS)
