@@ -18,11 +18,8 @@ the moment its result is back on the loop, and does not jump while a job runs:
 - ``anyio.to_thread.run_sync`` (and what is built on it: ``anyio.Path``, ``anyio.open_file``,
   Starlette's ``run_in_threadpool``, FastAPI's ``def`` endpoints), which runs in anyio's own
   worker threads and hands its result back with ``call_soon_threadsafe``: the loop never sees
-  it start. anyio's asyncio backend is reached through its one entry point,
-  ``AsyncIOBackend.run_sync_in_worker_thread`` (anyio's backend interface, the call every
-  ``to_thread.run_sync`` makes), wrapped once per process when that module is imported (a
-  finder on ``sys.meta_path`` waits for it if it is not imported yet); on a loop without a
-  virtual clock the wrapper calls anyio's own at once.
+  it start. Its one entry point (``AsyncIOBackend.run_sync_in_worker_thread``) is wrapped
+  once per process by :mod:`aiowheel._anyio_hook`, which counts its calls here.
 
 Why entry points and not something more general. What a thread is doing cannot be read from
 Python: a thread that works for the loop and one that waits on a peer look alike, and work
