@@ -1,5 +1,5 @@
-"""The virtual clock and threads (aiowheel._virtual, "Threads"): work a virtual loop hands to a
-thread, through asyncio (``run_in_executor``, ``asyncio.to_thread``) or anyio
+"""The virtual clock and threads (aiowheel._jobs, aiowheel._anyio_hook): work a virtual loop
+hands to a thread, through asyncio (``run_in_executor``, ``asyncio.to_thread``) or anyio
 (``anyio.to_thread.run_sync``, which runs in anyio's own worker threads), is waited for in real
 time with the clock standing still; a thread that calls back into the loop and waits (
 ``run_coroutine_threadsafe``, ``anyio.from_thread.run``, a blocking portal) lets the clock move
@@ -25,7 +25,7 @@ import anyio.to_thread
 import pytest
 
 import aiowheel.testing as testing
-from aiowheel import _virtual
+from aiowheel import _jobs
 from tests.support import Base, run_python
 
 WORK = 0.1  # seconds of real work in a thread
@@ -142,7 +142,7 @@ def _no_deadlock(main: Callable[[], Any]) -> Any:
         clock = clocks[-1]
 
         def unstick() -> None:
-            clock._lent += 1000
+            clock._jobs.lent += 1000
 
         clock._loop.call_soon_threadsafe(unstick)
         thread.join(30)
@@ -166,14 +166,14 @@ def test_only_virtual_loops_count_anyios_jobs() -> None:
     the function itself, marked as no job."""
 
     def seen() -> object:
-        return getattr(_virtual._threads, "job", None)
+        return getattr(_jobs._threads, "job", None)
 
     async def main() -> tuple[object, object]:
         return await anyio.to_thread.run_sync(seen), await asyncio.to_thread(seen)
 
     assert asyncio.run(main()) == (None, None)
     jobs = testing.run(main())
-    assert all(isinstance(job, _virtual._Job) for job in jobs)
+    assert all(isinstance(job, _jobs._Job) for job in jobs)
 
 
 @pytest.mark.once  # an import order, the same on every interpreter and build
@@ -183,7 +183,7 @@ def test_anyio_imported_after_the_virtual_loop_is_made() -> None:
     script = """
 import asyncio, sys, time
 import aiowheel.testing as testing
-from aiowheel import _virtual
+from aiowheel import _anyio_hook
 
 async def main():
     assert "anyio" not in sys.modules
@@ -192,7 +192,7 @@ async def main():
         await anyio.to_thread.run_sync(time.sleep, 0.1)
     return asyncio.get_running_loop().time()
 
-print(testing.run(main()), any(isinstance(f, _virtual._AnyioFinder) for f in sys.meta_path))
+print(testing.run(main()), any(isinstance(f, _anyio_hook._AnyioFinder) for f in sys.meta_path))
 """
     proc = run_python(["-c", script])
     assert proc.returncode == 0, proc.stderr
@@ -269,7 +269,7 @@ def test_a_thread_blocked_on_the_loop_lets_the_clock_move(base: Base, kind: str,
     # sleep(1), which the clock could never reach: stuck for good (wait_for's 5 s never came).
     # Now the thread parks (blocked on a lock, using no CPU, for _PARK_GRACE of real time),
     # the clock reaches 1.0, and the work that follows in the thread is waited for again.
-    if _virtual._sampler() is None:
+    if _jobs._sampler() is None:
         pytest.skip("threads cannot be read here (no /proc): every job holds the clock")
     feed: list[Callable[[str], None]] = []
     result: list[Any] = []
@@ -330,7 +330,7 @@ def test_names_the_base_resolves_are_waited_for(base: Base) -> None:
     # clock jumped to the timeout while "localhost" was looked up (every round here, 20-35% in
     # the issue's runs). Now libuv's workers at work hold the clock (Linux); asyncio's and
     # rloop's lookups were waited for already.
-    if _virtual._sampler() is None:
+    if _jobs._sampler() is None:
         pytest.skip("threads cannot be read here (no /proc): libuv's resolver is not watched")
     result: list[list[float]] = []
     thread = threading.Thread(

@@ -2,7 +2,7 @@
 
 A mass expiry (thousands of idle timeouts due in one pass) used to run as one loop callback,
 and every live connection's message waited behind all of it. Now at most ``max_batch`` due
-callbacks run per iteration and the rest wait in the engine's backlog, in deadline order:
+callbacks run per iteration and the rest wait in the driver's backlog, in deadline order:
 the loop polls its I/O between chunks. What must hold across chunks: deadline order (a timer
 filed meanwhile, already due, joins the backlog in its place), nothing lost or doubled, a
 cancel of a later chunk's timer honoured, errors reported as before, KeyboardInterrupt leaves
@@ -261,7 +261,7 @@ def test_a_cancel_of_a_later_chunks_timer_holds_and_a_new_one_runs_once(base: An
 
 
 def test_heartbeats_and_loop_timers_keep_deadline_order_across_chunks(base: Any) -> None:
-    # The compiled build holds loop timers in the native core and heartbeats in the engine:
+    # The compiled build holds loop timers in the native core and heartbeats in the driver:
     # the backlog is a merge of both.
     loop = _loop(base)
     ran: list[object] = []

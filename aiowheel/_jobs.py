@@ -1,0 +1,466 @@
+"""The work a virtual loop hands to threads, which its clock waits for: the jobs.
+
+Why a room of its own. The clock (:mod:`aiowheel._virtual`) moves when its loop is idle; what
+makes a loop that looks idle busy after all is work in threads, and reading that is a subject of
+its own: where work is handed over (the entry points), which thread runs which job, whether a
+thread runs or is blocked on another one (read off ``/proc``), and the base's own resolver
+threads. The clock asks one question of it, :meth:`Jobs.hold` ("does a thread hold me now?"),
+and tells it when to look for a jump again (the ``want`` it is made with); this room imports
+nothing of the clock's. anyio's entry point is wrapped in :mod:`aiowheel._anyio_hook`.
+
+Threads. A thread is invisible to the loop: while it works, the loop has nothing ready and
+nothing to poll, and would look idle. The clock counts a *job* for each piece of work the loop
+hands to a thread, from the hand-off (on the loop's thread, before the loop can look idle) to
+the moment its result is back on the loop, and does not jump while a job runs:
+
+- ``loop.run_in_executor`` (``asyncio.to_thread``, ``loop.getaddrinfo`` and everything else
+  built on it), wrapped on the loop itself;
+- ``anyio.to_thread.run_sync`` (and what is built on it: ``anyio.Path``, ``anyio.open_file``,
+  Starlette's ``run_in_threadpool``, FastAPI's ``def`` endpoints), which runs in anyio's own
+  worker threads and hands its result back with ``call_soon_threadsafe``: the loop never sees
+  it start. Its one entry point (``AsyncIOBackend.run_sync_in_worker_thread``) is wrapped
+  once per process by :mod:`aiowheel._anyio_hook`, which counts its calls here.
+
+Why entry points and not something more general. What a thread is doing cannot be read from
+Python: a thread that works for the loop and one that waits on a peer look alike, and work
+handed over through a queue of the library's own (anyio's workers each have one) leaves no
+trace on the loop until its result comes back. So the clock is told where work starts; the
+two entry points above are where asyncio and anyio start it, and work started any other way
+(a pool's own ``submit``, a thread of the program's own) stays invisible, as documented.
+
+A job that calls back into the loop and waits for it (``asyncio.run_coroutine_threadsafe(...)
+.result()``, ``anyio.from_thread.run``, a ``BlockingPortal``'s ``call`` or ``start_task_soon``)
+is not running while it waits: counted, it would stop the clock from reaching the very
+``sleep`` it waits for (a deadlock, before this). This part is general: the job's thread is
+marked while it runs the job, every ``call_soon_threadsafe`` made from a marked thread carries
+the job in its context (a context variable), every task the loop creates in such a context
+(``run_coroutine_threadsafe``'s, a portal's) is the job's *loop work*, and while a job has loop
+work pending the clock does not wait for it. When the last of that work is done, on the loop's
+thread, the job counts again, before its thread can take the result and go on. Loop work a
+job starts without waiting for it (fire and forget) lends the job as well: while that work
+runs, the job's own work is not waited for.
+
+A job blocked on another thread does not hold the clock (issue 48). A job whose thread waits
+for something the loop gives it after a timer (``queue.get()`` fed after ``sleep(1)``, an
+``Event`` set by a callback) would otherwise stop the clock for good: the clock waiting for the
+thread, the thread for the loop. The rule: a job counts while its thread *runs*; a job whose
+thread is seen blocked in a lock's wait (the system call a ``Lock``, ``Condition``,
+``Event``, ``Queue``, ``SimpleQueue`` or ``Future`` wait makes: ``futex`` on Linux, found
+once per process by watching two threads wait on a held lock) and using no CPU, look after
+look, for ``_PARK_GRACE`` (50 ms) of real time is *parked*, and the clock may move without
+it. Blocked means asleep, too (``S`` in ``stat``): a thread the loop has just woken is still
+inside the wait's system call until the scheduler runs it, but runnable from the moment it
+was woken, so a busy machine cannot make it look parked. Read off
+``/proc/self/task/<tid>/syscall``, ``stat`` and ``schedstat``, every ``_PARK_POLL``
+(10 ms) while threads hold the clock. The thread counts again as soon as a look finds it
+running (woken: the loop's ``put`` makes it runnable before the loop can look idle again),
+so what it does next is waited for. A thread sleeping (``time.sleep``) or waiting on I/O
+(a socket, a file, a subprocess) is not blocked on a thread: it holds the clock as before.
+Limits: the rule cannot tell *which* thread a parked job waits for, so a job waiting on a
+thread the loop did not start (a pool's own ``submit``, a thread of the program's own) that
+works in real time lets the clock go on after the grace (a job waiting on another *job*
+is fine: that job holds the clock while it works); a job still queued in a full executor
+(no thread yet) counts; a thread starved of the GIL for the whole grace by another thread
+of the process, while the loop is idle, looks parked. Where threads cannot be read (not
+Linux, no ``/proc``), every job counts until its result is back, as before this rule.
+
+The base's own threads. uvloop and zuvloop resolve names (``getaddrinfo``, ``getnameinfo``,
+also inside ``create_connection``) in libuv's worker threads, which no Python entry point
+starts: while one of those threads (named ``libuv-worker``) is not waiting for work, the
+clock does not jump (Linux, read as above). asyncio's and rloop's lookups go through
+``run_in_executor`` (counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+__all__ = ["Jobs", "watch_executors"]
+
+
+class Jobs:
+    """One virtual clock's jobs: the work its loop has handed to threads and not got back.
+    All on the loop's thread."""
+
+    def __init__(self, want: Callable[[], None]) -> None:
+        self.want: Final = want  # the clock's: something may be worth a jump, let it look
+        self.count = 0  # work handed to threads, not back yet (see "Threads" above)
+        self.lent = 0  # of those, jobs whose threads wait on loop work of theirs
+        self.active: dict[_Job, None] = {}  # the jobs not ended (those with a _Job)
+        self.recheck = False  # threads held the clock at the last look: look again soon
+        self.pool: _LibuvPool | None = None  # the base's own resolver threads, if watched
+
+    def begin(self) -> _Job:
+        """Work is being handed to a thread: count it until :meth:`end`."""
+        self.count += 1
+        job = _Job(self)
+        self.active[job] = None
+        return job
+
+    def hold(self) -> bool:
+        """Whether a thread working for the loop holds the clock now: a job not lent and not
+        parked (blocked on another thread for the grace, see "Threads"), or the base's own
+        resolver threads at work. When True, the idle detector looks again in
+        ``_PARK_POLL`` seconds of real time (a job may park meanwhile)."""
+        self.recheck = False
+        waiting = self.count - self.lent
+        if waiting > 0:
+            sampler = _sampler()
+            if sampler is not None:
+                for job in list(self.active):
+                    if not job.work and not job.ended and sampler.parked(job):
+                        waiting -= 1
+            if waiting > 0:
+                self.recheck = sampler is not None
+                return True
+        pool = self.pool
+        if pool is not None and pool.busy():
+            self.recheck = True
+            return True
+        return False
+
+    def end(self, job: _Job) -> None:
+        """``job``'s result is back on the loop (or its waiter gave up on it)."""
+        if job.ended:
+            return
+        job.ended = True
+        self.active.pop(job, None)
+        if job.work:
+            self.lent -= 1
+        self.count -= 1
+        self.want()
+
+    def loop_work(self, job: _Job, task: asyncio.Future[Any]) -> None:
+        """``task`` was made on behalf of ``job``'s thread, which waits for it (or may)."""
+        job.work += 1
+        if job.work == 1 and not job.ended:
+            self.lent += 1
+            self.want()
+        task.add_done_callback(job.loop_work_done)
+
+
+class _Job:
+    """One piece of work a virtual loop handed to a thread (see "Threads" above)."""
+
+    __slots__ = ("cpu", "ended", "jobs", "since", "thread", "work")
+
+    def __init__(self, jobs: Jobs) -> None:
+        self.jobs = jobs  # the clock's jobs it is one of
+        self.work = 0  # tasks made for the job's thread, not done yet
+        self.ended = False
+        # The native id of the thread running the job (set by that thread while it runs it),
+        # and what _Sampler last read of it: its CPU time, and since when (real time) it has
+        # been seen blocked on another thread without using CPU (None: not blocked).
+        self.thread: int | None = None
+        self.cpu: int | None = None
+        self.since: float | None = None
+
+    def loop_work_done(self, _task: asyncio.Future[Any]) -> None:
+        """A task of the job's loop work is done (a done callback, on the loop's thread)."""
+        self.work -= 1
+        if not self.work and not self.ended:
+            self.jobs.lent -= 1  # its thread goes on working: the clock waits for it again
+
+    def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """``func``, marking the thread that runs it as this job's while it runs."""
+        job = self
+
+        def run_as_job(*args: Any, **kwargs: Any) -> Any:
+            outer = getattr(_threads, "job", None)
+            _threads.job = job
+            job.thread = threading.get_native_id()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                job.thread = None
+                _threads.job = outer
+
+        return run_as_job
+
+
+_THREAD_POOL: Final = concurrent.futures.ThreadPoolExecutor
+# The job the current thread is running, if any (``_threads.job``: set by _Job.wrap).
+_threads: Final = threading.local()
+# The job whose thread asked for the loop work running in this context (see _threadsafe).
+_job_var: Final[contextvars.ContextVar[_Job | None]] = contextvars.ContextVar(
+    "aiowheel_virtual_job", default=None
+)
+
+
+# -- which threads run: read off /proc (see "Threads") ---------------------------------------
+
+_PARK_GRACE: Final = 0.05  # real seconds a job's thread waits on another thread before it parks
+_PARK_POLL: Final = 0.01  # real seconds between two looks while threads hold the clock
+_TASKS: Final = "/proc/self/task"
+_SETTLE: Final = 0.25  # seconds after a change of the thread count before a listing is trusted
+
+
+class _Sampler:
+    """Reads, for a thread of this process, whether it is blocked waiting on another thread
+    (in the system call a lock's wait makes: ``futex`` on Linux, found by :func:`_calibrate`)
+    and how much CPU it has used (``schedstat``)."""
+
+    def __init__(self, lock_waits: frozenset[str]) -> None:
+        self.lock_waits = lock_waits
+
+    def syscall(self, tid: int) -> str | None:
+        """The thread's system call as ``/proc`` names it: a number, or "running"; None if
+        it is gone."""
+        try:
+            with open(f"{_TASKS}/{tid}/syscall", "rb") as file:
+                return file.read(32).split(b" ", 1)[0].strip().decode()
+        except OSError:
+            return None
+
+    def waits_on_a_thread(self, tid: int) -> bool:
+        """Whether the thread is blocked in a lock's wait now: in the system call a lock's
+        wait makes, *and* asleep. A thread the loop has just woken (a ``put``, a ``set``)
+        is still inside that system call until it is scheduled, which on a busy machine may
+        take a while, but it is runnable (``R``) from the moment it was woken: it is not
+        blocked, and what it does next is waited for."""
+        return self.syscall(tid) in self.lock_waits and self.state(tid) == "S"
+
+    @staticmethod
+    def state(tid: int) -> str | None:
+        """The thread's scheduler state (``R`` runnable, ``S`` asleep, ...), or None."""
+        try:
+            with open(f"{_TASKS}/{tid}/stat", "rb") as file:
+                stat = file.read()
+            return stat[stat.rindex(b")") + 2 :][:1].decode()
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def cpu(tid: int) -> int | None:
+        """The thread's CPU time in nanoseconds, or None."""
+        try:
+            with open(f"{_TASKS}/{tid}/schedstat", "rb") as file:
+                return int(file.read(64).split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def parked(self, job: _Job) -> bool:
+        """Whether ``job``'s thread has waited on another thread, using no CPU, for the whole
+        grace (each look that finds it otherwise starts the grace again)."""
+        tid = job.thread
+        if tid is None or not self.waits_on_a_thread(tid):
+            job.since = None
+            return False
+        cpu = self.cpu(tid)
+        now = time.monotonic()
+        if job.since is None or cpu != job.cpu:
+            job.since = now
+            job.cpu = cpu
+            return False
+        return now - job.since >= _PARK_GRACE
+
+
+_sampler_state: list[_Sampler | None] = []  # [] until calibrated, then [the sampler or None]
+_sampler_lock: Final = threading.Lock()
+
+
+def _sampler() -> _Sampler | None:
+    """The process's sampler, or None where threads cannot be read (not Linux, no ``/proc``):
+    there every job counts until its result is back, as before."""
+    if not _sampler_state:
+        with _sampler_lock:
+            if not _sampler_state:
+                _sampler_state.append(_calibrate())
+    return _sampler_state[0]
+
+
+def _calibrate() -> _Sampler | None:
+    """Which system calls a thread blocked on a lock is in: two threads wait on a held lock
+    (one with a timeout, as ``Condition.wait(timeout)`` does), read through ``/proc``."""
+    if not sys.platform.startswith("linux"):
+        return None
+    probe = _Sampler(frozenset())
+    if probe.syscall(threading.get_native_id()) is None:
+        return None
+    held = threading.Lock()
+    held.acquire()
+    tids: list[int] = []
+    ready = threading.Barrier(3)
+
+    def wait(timeout: float) -> None:
+        tids.append(threading.get_native_id())
+        ready.wait()
+        if held.acquire(timeout=timeout):
+            held.release()
+
+    threads = [threading.Thread(target=wait, args=(t,), daemon=True) for t in (-1, 30.0)]
+    for thread in threads:
+        thread.start()
+    found: set[str] = set()
+    try:
+        ready.wait()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            calls = [probe.syscall(tid) for tid in tids]
+            if all(call is not None and call.isdigit() for call in calls):
+                found = {call for call in calls if call is not None}
+                break
+            time.sleep(0.001)
+    finally:
+        held.release()
+        for thread in threads:
+            thread.join()
+    return _Sampler(frozenset(found)) if found else None
+
+
+class _LibuvPool:
+    """libuv's worker threads ("libuv-worker"), where uvloop and zuvloop resolve names
+    (``getaddrinfo``, ``getnameinfo``) and do their file work: busy while one of them is not
+    waiting for work (on its condition variable, a lock's wait).
+
+    The threads are listed again only when the process's thread count changes: one stat per
+    idle check instead of a directory listing (the virtual clock asks at each jump; a listing
+    each time made a long uvloop run 4x slower). libuv starts its pool in the thread that first
+    queues work, before that call returns, so the count has changed before a worker can be
+    busy for the loop; but a worker names itself when it starts, so a new thread may not read
+    "libuv-worker" yet. For ``_SETTLE`` seconds of real time after a change, every thread new
+    since the last trusted listing (but the loop's own) is watched as if it were a worker, and
+    the threads are listed again at each check; then the names are trusted. The price: a new
+    thread of the program's own that runs (not waiting on a lock) holds the clock for at most
+    that long."""
+
+    def __init__(self, sampler: _Sampler) -> None:
+        self._sampler = sampler
+        self._names: dict[str, bool] = {}  # thread id -> whether it is a libuv worker
+        self._threads = -1  # the thread count at the last listing
+        self._settled = 0.0  # time.monotonic() from which a listing is trusted; 0.0: it is
+        self._known: frozenset[str] = frozenset()  # the threads of the last trusted listing
+        self._watch: tuple[int, ...] = ()
+
+    def busy(self) -> bool:
+        """Whether a libuv worker of this process is at work now."""
+        try:
+            threads = os.stat(_TASKS).st_nlink  # 2 + the number of threads
+        except OSError:
+            return False
+        if threads != self._threads:
+            first = self._threads < 0  # the threads there before the clock: trusted
+            self._threads = threads
+            self._settled = 0.0 if first else time.monotonic() + _SETTLE
+            self._list(first)
+        elif self._settled:
+            trusted = time.monotonic() >= self._settled
+            self._list(trusted)
+            if trusted:
+                self._settled = 0.0
+        sampler = self._sampler
+        for tid in self._watch:
+            call = sampler.syscall(tid)
+            if call is not None and call not in sampler.lock_waits:
+                return True
+        return False
+
+    def _list(self, trusted: bool) -> None:
+        """List the threads to watch: the workers and, until a listing is ``trusted``, each
+        thread new since the last trusted one that has not named itself a worker yet."""
+        try:
+            tids = os.listdir(_TASKS)
+        except OSError:
+            self._watch = ()
+            return
+        names = self._names
+        if len(names) > 4 * len(tids) + 64:
+            names.clear()  # threads come and go: forget the ones gone
+        known = self._known
+        own = str(threading.get_native_id())
+        watch = []
+        for tid in tids:
+            worker = names.get(tid)
+            if worker is None:
+                try:
+                    with open(f"{_TASKS}/{tid}/comm", "rb") as file:
+                        worker = file.read().strip() == b"libuv-worker"
+                except OSError:
+                    continue
+                if worker or trusted:
+                    names[tid] = worker
+            if worker or (not trusted and tid not in known and tid != own):
+                watch.append(int(tid))
+        if trusted:
+            self._known = frozenset(tids)
+        self._watch = tuple(watch)
+
+
+# -- where asyncio hands work to threads: wrapped on the loop ----------------------------------
+
+
+def watch_executors(loop: Any, jobs: Jobs) -> None:
+    """Count the work ``loop`` hands to threads through ``run_in_executor`` (and the join of
+    its default executor's threads) as ``jobs``, and the tasks a job's thread asks the loop
+    for as that job's loop work."""
+    base_run_in_executor = loop.run_in_executor
+
+    def run_in_executor(executor: Any, func: Any, *args: Any) -> asyncio.Future[Any]:
+        job = jobs.begin()
+        try:
+            # Only a thread can be marked; a process pool pickles func: given as it is.
+            threads = executor is None or isinstance(executor, _THREAD_POOL)
+            if threads and callable(func) and not inspect.iscoroutinefunction(func):
+                func = job.wrap(func)
+            future: asyncio.Future[Any] = base_run_in_executor(executor, func, *args)
+        except BaseException:
+            jobs.end(job)
+            raise
+        future.add_done_callback(lambda _: jobs.end(job))
+        return future
+
+    run_in_executor.__doc__ = base_run_in_executor.__doc__
+    loop.run_in_executor = run_in_executor
+    base_shutdown = loop.shutdown_default_executor
+
+    async def shutdown_default_executor(*args: Any, **kwargs: Any) -> None:
+        # The executor's threads are joined by a thread of asyncio's own, not through
+        # run_in_executor, and (3.12+) under a timeout of THREAD_JOIN_TIMEOUT (300 s) on the
+        # loop's clock: counted as executor work, so the clock does not jump over the join and
+        # warn that the threads "did not finish joining" while they were still finishing.
+        jobs.count += 1
+        try:
+            await base_shutdown(*args, **kwargs)
+        finally:
+            jobs.count -= 1
+            jobs.want()
+
+    shutdown_default_executor.__doc__ = base_shutdown.__doc__
+    loop.shutdown_default_executor = shutdown_default_executor
+    base_create_task = loop.create_task
+
+    def create_task(coro: Any, *args: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = base_create_task(coro, *args, **kwargs)
+        context = kwargs.get("context")
+        job = _job_var.get() if context is None else context.get(_job_var)
+        if job is not None and job.jobs is jobs:
+            jobs.loop_work(job, task)
+        return task
+
+    create_task.__doc__ = base_create_task.__doc__
+    loop.create_task = create_task
+
+
+def _threadsafe(jobs: Jobs, method: Callable[..., Any]) -> Callable[..., Any]:
+    """The loop's ``call_soon_threadsafe``: a call from a thread running one of the clock's jobs
+    carries the job in the callback's context, so the tasks it makes are the job's loop work."""
+
+    def call_soon_threadsafe(callback: Any, *args: Any, context: Any = None) -> Any:
+        job = getattr(_threads, "job", None)
+        if job is not None and job.jobs is jobs:
+            # A copy: the caller's context (or the one it passed) is left as it was.
+            context = contextvars.copy_context() if context is None else context.copy()
+            context.run(_job_var.set, job)
+        return method(callback, *args, context=context)
+
+    call_soon_threadsafe.__doc__ = method.__doc__
+    return call_soon_threadsafe
