@@ -191,7 +191,6 @@ OVERSIZE = {
     # file, move, unfile, the pass, closing, the callback maker and the set-up on binding:
     # about the bound (466 lines); the set-up on binding is the next piece to carve out.
     "_driver:Driver": 470,
-    "pytest:pytest_addoption": 100,  # one option table, read top to bottom
     "_purgatory:Purgatory.wait": 64,  # the checks of a public call, in the order they run
     "_deadline:Settings.__init__": 64,  # a server adapter's documented parameters, checked once
     "aiohttp:deadline_middleware": 63,  # the middleware and its docstring, one closure
