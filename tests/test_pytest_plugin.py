@@ -873,10 +873,10 @@ def test_every_loop_changes_asyncio_only_until_restored() -> None:
     import asyncio.events
 
     import aiowheel
-    from aiowheel import pytest as plugin
+    from aiowheel._plugin_loops import Loops
 
     originals = (asyncio.new_event_loop, asyncio.events._set_running_loop)
-    loops = plugin._Loops()
+    loops = Loops()
     try:
         loops.make_every_loop(aiowheel.loop_factory())
         assert asyncio.new_event_loop is asyncio.events.new_event_loop
