@@ -21,8 +21,7 @@ import asyncio
 import runpy
 import sys
 
-import aiowheel
-from aiowheel.loops import BASES, auto_base, base_class
+from aiowheel.loops import BASES, auto_base, base_class, factory
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,11 +38,12 @@ def main(argv: list[str] | None = None) -> None:
         "fastest installed, as aiowheel.loops:auto)",
     )
     args, rest = parser.parse_known_args(argv)
-    try:
-        base = auto_base() if args.base == "auto" else base_class(args.base)
+    try:  # a base that is not installed is named here, before the REPL starts
+        auto_base() if args.base == "auto" else base_class(args.base)
     except ImportError as exc:
         parser.error(str(exc))
-    setattr(asyncio, "new_event_loop", aiowheel.loop_factory(base))  # noqa: B010
+    # The base's own factory (aiowheel.loops): its record's rules hold (bracio: all on the wheel).
+    setattr(asyncio, "new_event_loop", factory(args.base))  # noqa: B010
     sys.argv = ["python -m asyncio", *rest]
     runpy.run_module("asyncio", run_name="__main__", alter_sys=True)
 

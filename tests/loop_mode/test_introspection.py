@@ -61,6 +61,22 @@ def test_repl_runs_top_level_await_on_a_loop_mode_loop(base_name: str) -> None:
     assert "Traceback" not in out
 
 
+@pytest.mark.parametrize("base_name", ["asyncio", "auto"])
+def test_repl_makes_its_loops_with_the_bases_own_factory(
+    base_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The base's factory of aiowheel.loops, so its record's rules hold (bracio's threshold 0).
+    from aiowheel import __main__ as repl
+
+    ran: list[str] = []
+    monkeypatch.setattr(asyncio, "new_event_loop", asyncio.new_event_loop)
+    monkeypatch.setattr(repl.runpy, "run_module", lambda name, **_: ran.append(name))
+    monkeypatch.setattr(sys, "argv", sys.argv[:])
+    repl.main(["--base", base_name])
+    assert ran == ["asyncio"]
+    assert asyncio.new_event_loop is aiowheel.loops.factory(base_name)
+
+
 def test_repl_refuses_an_unknown_base() -> None:
     proc = run_python(["-m", "aiowheel", "--base", "trio"])
     assert proc.returncode == 2
