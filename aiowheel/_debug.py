@@ -27,7 +27,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from ._entry import _Timed
+    from ._entry import Timed
 
 __all__ = ["DueCallback", "Origins", "check_not_coroutine_function", "filed_at"]
 
@@ -81,7 +81,7 @@ class DueCallback:
 
     __slots__ = ("_handle",)
 
-    def __init__(self, handle: _Timed) -> None:
+    def __init__(self, handle: Timed) -> None:
         self._handle = handle
 
     def __call__(self) -> None:

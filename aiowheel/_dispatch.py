@@ -33,7 +33,7 @@ from math import inf
 from typing import Any, Final
 
 from . import _debug
-from ._entry import _Timed
+from ._entry import Timed
 from ._wheel import Entry
 
 __all__ = [
@@ -64,7 +64,7 @@ def _no_clock() -> float:
 
 def deadline_of(entry: Entry) -> tuple[float, int]:
     """An entry's place in a due batch: its exact deadline, then its filing stamp."""
-    assert isinstance(entry, _Timed)
+    assert isinstance(entry, Timed)
     return entry._when, entry._seq
 
 
@@ -88,7 +88,7 @@ def in_deadline_order(due: list[Entry]) -> None:
     last = -inf
     last_seq = 0
     for entry in due:
-        assert isinstance(entry, _Timed)
+        assert isinstance(entry, Timed)
         when = entry._when
         if when < last or (when == last and entry._seq < last_seq):
             due.sort(key=deadline_of)
@@ -293,12 +293,12 @@ class Dispatch:
         # The deadline each entry came due at: a heartbeat re-files itself before the batch
         # runs, and the merge must order it by the deadline it fired for.
         # Their stamps too, for the same reason (a re-filed heartbeat is stamped again).
-        self._ready: list[_Timed] = []
+        self._ready: list[Timed] = []
         self._ready_when: list[float] = []
         self._ready_seq: list[int] = []
         self._handles: Any = None
 
-    def queue(self, entry: _Timed) -> None:
+    def queue(self, entry: Timed) -> None:
         """Run ``entry._run()`` in this pass's batch."""
         self._ready.append(entry)
         self._ready_when.append(entry._when)

@@ -57,10 +57,10 @@ from typing import Any, Final
 from . import _debug, _dispatch
 from ._binding import Binding
 from ._dispatch import Dispatch
-from ._entry import _Timed
+from ._entry import Timed
 from ._errors import PendingLimitError
 from ._grid import SHRINK, Grid
-from ._handles import EMPTY_CONTEXT, Handle, TimerHandle, _Call
+from ._handles import EMPTY_CONTEXT, Call, Handle, TimerHandle
 from ._observe import LagHistogram
 from ._reaper import Reaper
 from ._setup import NO_LIMIT, Setup
@@ -180,7 +180,7 @@ class Driver(Setup):
             raise PendingLimitError(f"max_pending={self._limit} timers are already pending")
         return tick
 
-    def _insert(self, entry: _Timed, tick: int) -> None:
+    def _insert(self, entry: Timed, tick: int) -> None:
         """The one place a timer enters the store: stamp it (the tie order), insert it, and if
         its bucket is now the earliest, move the wake-up earlier. With origin tracking on, note
         where it came from."""
@@ -193,12 +193,12 @@ class Driver(Setup):
         if store.insert(entry, tick) < reaper.armed or entry._when < reaper.exact_at:
             self._arm()
 
-    def _file(self, entry: _Timed, when: float) -> None:
+    def _file(self, entry: Timed, when: float) -> None:
         tick = self._admit(when)
         entry._when = when
         self._insert(entry, tick)
 
-    def _move(self, entry: _Timed, when: float) -> None:
+    def _move(self, entry: Timed, when: float) -> None:
         if entry._prev is None:
             self._file(entry, when)
         elif when >= entry._when:
@@ -210,7 +210,7 @@ class Driver(Setup):
             if self._store.move(entry, tick) < reaper.armed or when < reaper.exact_at:
                 self._arm()
 
-    def _push_back(self, entry: _Timed, when: float) -> bool:
+    def _push_back(self, entry: Timed, when: float) -> bool:
         # A thread check, a clock read, two comparisons, one store (closed: always False).
         if (
             entry._prev is not None
@@ -222,7 +222,7 @@ class Driver(Setup):
             return True
         return False
 
-    def _push_back_by(self, entry: _Timed, delay: float) -> bool:
+    def _push_back_by(self, entry: Timed, delay: float) -> bool:
         # A positive delay from now is always ahead of the clock: the clock is read once.
         if entry._prev is not None and get_ident() == self._loop_thread.ident:
             when = self._read() + delay
@@ -231,7 +231,7 @@ class Driver(Setup):
                 return True
         return False
 
-    def _arm_at(self, entry: _Timed, when: float, loop: asyncio.AbstractEventLoop) -> bool:
+    def _arm_at(self, entry: Timed, when: float, loop: asyncio.AbstractEventLoop) -> bool:
         if loop is not self.binding.loop:
             self.binding.check_loop()  # binds, or raises (another loop, closed)
         if when <= self._read():
@@ -239,7 +239,7 @@ class Driver(Setup):
         self._file(entry, when)
         return False
 
-    def _set_deadline(self, entry: _Timed, when: float | None) -> asyncio.AbstractEventLoop | None:
+    def _set_deadline(self, entry: Timed, when: float | None) -> asyncio.AbstractEventLoop | None:
         loop = self.binding.running_loop()
         if when is None:
             self._unfile(entry)
@@ -250,7 +250,7 @@ class Driver(Setup):
         self._move(entry, when)  # NaN is refused here, before anything changes
         return None
 
-    def _unfile(self, entry: _Timed) -> bool:
+    def _unfile(self, entry: Timed) -> bool:
         """Take ``entry`` out of the store if it is in it; True if it was. Like asyncio's, a
         ``cancel()`` is not thread-safe: checked in debug mode, and always on a free-threaded
         build, where another thread's raises before anything changes. Checked before the entry
@@ -326,7 +326,7 @@ class Driver(Setup):
 
     # -- dispatch ---------------------------------------------------------------------------------
 
-    def _queue(self, entry: _Timed) -> None:
+    def _queue(self, entry: Timed) -> None:
         self._due.queue(entry)
 
     def _create_task(
@@ -368,7 +368,7 @@ class Driver(Setup):
         first_tick = 0
         lateness = self._max_lateness
         for entry in due:
-            assert isinstance(entry, _Timed)
+            assert isinstance(entry, Timed)
             when = entry._when
             if when > now:  # not due: pushed back lazily (_push_back), or rounded a hair early
                 tick = self._tick_for(when)
@@ -418,9 +418,9 @@ class Driver(Setup):
         entries = self._store.drain()
         self._cancelled_on_close += len(unfired) + len(entries)
         for entry in entries:
-            assert isinstance(entry, _Timed)
+            assert isinstance(entry, Timed)
             entry._abandon(exc)
-            if isinstance(entry, _Call):
+            if isinstance(entry, Call):
                 unfired.append(entry._handle)
         return unfired
 

@@ -1,4 +1,4 @@
-"""The contract between the driver and what it files: ``_Timed`` entries and their ``Owner``.
+"""The contract between the driver and what it files: ``Timed`` entries and their ``Owner``.
 
 Why a module of its own. The driver (:mod:`aiowheel._driver`) calls its entries (an entry's
 ``_fire`` when it comes due, ``_abandon`` when the driver closes under it), and the entries call
@@ -31,10 +31,10 @@ from typing import Any
 from . import _validate, _wheel
 from ._validate import Seconds
 
-__all__ = ["Owner", "Sleeper", "_Timed"]
+__all__ = ["Owner", "Sleeper", "Timed"]
 
 
-class _Timed(_wheel.Entry):
+class Timed(_wheel.Entry):
     """A wheel entry with an exact float deadline, fired and abandoned by its owner.
 
     ``_when`` is the deadline exactly as the user gave it (the wheel only knows the rounded-up
@@ -65,7 +65,7 @@ class _Timed(_wheel.Entry):
         raise NotImplementedError
 
 
-class Sleeper(_Timed):
+class Sleeper(Timed):
     """The entry behind ``await timer.sleep_until()``: resolves a future at the deadline."""
 
     __slots__ = ("_future", "_result")
@@ -129,17 +129,17 @@ class Owner:
 
     # -- file, move, unfile ---------------------------------------------------------------------
 
-    def _file(self, entry: _Timed, when: float) -> None:
+    def _file(self, entry: Timed, when: float) -> None:
         """Put an unlinked entry in the wheel for deadline ``when``, waking the reaper earlier
         if it is now first. ValueError (NaN) or PendingLimitError before anything changes."""
         raise NotImplementedError
 
-    def _move(self, entry: _Timed, when: float) -> None:
+    def _move(self, entry: Timed, when: float) -> None:
         """Give a pending entry the deadline ``when`` (tokio's reregister): later, lazily;
         earlier, re-filed at once with a re-arm. An unlinked entry is filed."""
         raise NotImplementedError
 
-    def _push_back(self, entry: _Timed, when: float) -> bool:
+    def _push_back(self, entry: Timed, when: float) -> bool:
         """The lazy half of :meth:`_move`, for hot paths that have not checked the loop: if
         ``entry`` is pending, ``when`` is no earlier than its deadline and still ahead of the
         clock, and this is the owner's thread, rewrite the deadline and return True (one
@@ -147,24 +147,24 @@ class Owner:
         return False: the caller takes its checked path."""
         raise NotImplementedError
 
-    def _push_back_by(self, entry: _Timed, delay: float) -> bool:
+    def _push_back_by(self, entry: Timed, delay: float) -> bool:
         """:meth:`_push_back` to ``delay`` (> 0) seconds from now: the clock is read once."""
         raise NotImplementedError
 
-    def _arm_at(self, entry: _Timed, when: float, loop: asyncio.AbstractEventLoop) -> bool:
+    def _arm_at(self, entry: Timed, when: float, loop: asyncio.AbstractEventLoop) -> bool:
         """File an unlinked ``entry`` for ``when`` for a caller that found ``loop`` running
         here by :meth:`_loop_here` (the loop check is then one identity test); True, with
         nothing filed, if ``when`` has already passed."""
         raise NotImplementedError
 
-    def _set_deadline(self, entry: _Timed, when: float | None) -> asyncio.AbstractEventLoop | None:
+    def _set_deadline(self, entry: Timed, when: float | None) -> asyncio.AbstractEventLoop | None:
         """A timeout's deadline set to ``when``, after the loop check: None unfiles it; a
         deadline already passed unfiles it and returns the loop, for the caller to hand the
         firing to ``loop.call_soon`` as asyncio does; any other is :meth:`_move`. Returns None
         but in that one case. NaN and the loop's errors are raised before anything changes."""
         raise NotImplementedError
 
-    def _unfile(self, entry: _Timed) -> bool:
+    def _unfile(self, entry: Timed) -> bool:
         """Take ``entry`` out of the wheel; True if it was in it."""
         raise NotImplementedError
 
@@ -176,7 +176,7 @@ class Owner:
 
     # -- dispatch ------------------------------------------------------------------------------
 
-    def _queue(self, entry: _Timed) -> None:
+    def _queue(self, entry: Timed) -> None:
         """From ``_fire``: run ``entry._run()`` in this pass's batch of due callbacks."""
         raise NotImplementedError
 

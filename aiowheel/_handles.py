@@ -6,7 +6,7 @@ The wheel's entry cannot be one: asyncio's class and the wheel's ``Entry`` both 
 of their own (CPython refuses such a pair of bases), and in the compiled build ``Entry`` is a
 mypyc native class, which a Python class such as asyncio's cannot join. So a callback timer
 here is two objects: the :class:`TimerHandle` the user holds (asyncio's slots: callback, args,
-context, deadline) and the :class:`_Call` entry the wheel links (its links, tick and owner),
+context, deadline) and the :class:`Call` entry the wheel links (its links, tick and owner),
 each pointing at the other. This is the pure-Python build's path (and the compiled build's for
 deadlines past the native core's grid); the compiled build's handles are the native core's
 (``aiowheel/_core.c``), one object that extends asyncio's layout in C.
@@ -27,7 +27,7 @@ from typing import Any, Final, Protocol
 
 from . import _awaiting
 from ._build import mypyc_attr
-from ._entry import Owner, _Timed
+from ._entry import Owner, Timed
 
 __all__ = ["EMPTY_CONTEXT", "Handle", "Scheduled", "TimerHandle", "callback_repr", "handle_repr"]
 
@@ -74,7 +74,7 @@ class TimerHandle(asyncio.TimerHandle):
     # callback runs or is cancelled.
     __slots__ = ("_call",)
 
-    _call: _Call | None
+    _call: Call | None
 
     def __init__(
         self,
@@ -94,7 +94,7 @@ class TimerHandle(asyncio.TimerHandle):
         self._scheduled = True
         self._source_traceback = None
         self._repr = None
-        self._call = _Call(when, self, owner)
+        self._call = Call(when, self, owner)
 
     def when(self) -> float:
         """The deadline, in the loop's clock, exactly as scheduled."""
@@ -179,7 +179,7 @@ class TimerHandle(asyncio.TimerHandle):
         self._args = None  # type: ignore[assignment]
 
 
-class _Call(_Timed):
+class Call(Timed):
     """The wheel entry behind a :class:`TimerHandle`: links, tick, deadline, owner.
 
     Everything else is the handle's; the driver reaches it through ``_handle`` (what
@@ -220,7 +220,7 @@ class _Call(_Timed):
         self._handle._abandon(exc)
 
 
-class Scheduled(_Timed):
+class Scheduled(Timed):
     """The entry behind :meth:`Timer.schedule_at`: starts a task at the deadline.
 
     The future handed to the user is wired both ways: cancelling it before the deadline takes

@@ -5,9 +5,9 @@ read off the loop, not a count of quiet cycles (looptime's "42 no-op cycles"):
 
 - **asyncio's selector loops** ask their selector to wait only when nothing is ready and no
   timer of their own is due; a wrapper around ``selector.select`` polls with a zero timeout
-  first, and an empty answer is idleness (:class:`_SelectorIdle`);
+  first, and an empty answer is idleness (:class:`SelectorIdle`);
 - **libuv loops and others** (uvloop, rloop, zuvloop) are closed to Python, so a probe callback
-  re-queues itself with the loop's ``call_soon`` while a jump is wanted (:class:`_ProbeIdle`).
+  re-queues itself with the loop's ``call_soon`` while a jump is wanted (:class:`ProbeIdle`).
   These loops poll their I/O between two batches of ready callbacks, so a probe that finds
   nothing queued behind it twice in a row, with no callback scheduled through the loop in
   between, has seen a whole poll find nothing. On uvloop "nothing queued" is read from its
@@ -17,7 +17,7 @@ read off the loop, not a count of quiet cycles (looptime's "42 no-op cycles"):
   is seen only when it schedules one.
 
 Either way, an idle loop is not yet a jump: threads may hold the clock (:mod:`aiowheel._jobs`),
-and then the detector looks again ``_PARK_POLL`` seconds of real time later.
+and then the detector looks again ``PARK_POLL`` seconds of real time later.
 
 Why a room of its own. Each detector is bound to how one kind of loop runs (a selector to wrap,
 a ready queue to read, a probe to re-queue), not to what the clock does when it jumps. They
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from ._clock import STATE_ATTRIBUTE
-from ._jobs import _PARK_POLL, Jobs
+from ._jobs import PARK_POLL, Jobs
 
 __all__ = ["IdleClock"]
 
@@ -51,14 +51,14 @@ class IdleClock(Protocol):
         """The loop is idle: jump; False if there is nothing to jump to."""
 
 
-class _Idle:
+class Idle:
     """How one kind of loop tells the clock it is idle."""
 
     def want(self) -> None:
         """The clock has a reason to jump: make sure idleness will be noticed."""
 
 
-class _SelectorIdle(_Idle):
+class SelectorIdle(Idle):
     """asyncio's selector loops: the selector is asked to wait only when the loop is idle."""
 
     def __init__(self, clock: IdleClock, selector: selectors.BaseSelector) -> None:
@@ -83,12 +83,12 @@ class _SelectorIdle(_Idle):
                 return events
         if not clock._jump():
             if clock._jobs.recheck:  # threads hold the clock: look again soon (one may park)
-                timeout = _PARK_POLL if timeout is None else min(timeout, _PARK_POLL)
+                timeout = PARK_POLL if timeout is None else min(timeout, PARK_POLL)
             return self._select(timeout)
         return events
 
 
-class _ProbeIdle(_Idle):
+class ProbeIdle(Idle):
     """Loops closed to Python (uvloop, rloop, zuvloop): a probe callback re-queued with the
     base loop's ``call_soon`` while a jump is wanted (see the module docstring)."""
 
@@ -151,7 +151,7 @@ class _ProbeIdle(_Idle):
         if clock._real_wait:
             self._waiting = True
             # On the base's own heap, in real time (the loop's call_later is the wheel's).
-            _loop_state(self._loop).heap.near_call_later(
+            loop_state(self._loop).heap.near_call_later(
                 clock._real_wait, self._after_wait, self._activity
             )
             return
@@ -166,12 +166,12 @@ class _ProbeIdle(_Idle):
         return False
 
     def _hold(self) -> None:
-        """Threads hold the clock: look again in ``_PARK_POLL`` seconds of real time (a
+        """Threads hold the clock: look again in ``PARK_POLL`` seconds of real time (a
         thread may park, or a worker finish, meanwhile)."""
         self._quiet = False
         if self._clock._jobs.recheck and not self._rechecking:
             self._rechecking = True
-            _loop_state(self._loop).heap.near_call_later(_PARK_POLL, self._look_again)
+            loop_state(self._loop).heap.near_call_later(PARK_POLL, self._look_again)
 
     def _look_again(self) -> None:
         self._rechecking = False
@@ -184,6 +184,6 @@ class _ProbeIdle(_Idle):
         self.want()
 
 
-def _loop_state(loop: Any) -> Any:
+def loop_state(loop: Any) -> Any:
     """A loop-mode loop's state (aiowheel._loop.LoopState, which sits above this room)."""
     return getattr(loop, STATE_ATTRIBUTE)

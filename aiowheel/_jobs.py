@@ -51,7 +51,7 @@ look, for ``_PARK_GRACE`` (50 ms) of real time is *parked*, and the clock may mo
 it. Blocked means asleep, too (``S`` in ``stat``): a thread the loop has just woken is still
 inside the wait's system call until the scheduler runs it, but runnable from the moment it
 was woken, so a busy machine cannot make it look parked. Read off
-``/proc/self/task/<tid>/syscall``, ``stat`` and ``schedstat``, every ``_PARK_POLL``
+``/proc/self/task/<tid>/syscall``, ``stat`` and ``schedstat``, every ``PARK_POLL``
 (10 ms) while threads hold the clock. The thread counts again as soon as a look finds it
 running (woken: the loop's ``put`` makes it runnable before the loop can look idle again),
 so what it does next is waited for. A thread sleeping (``time.sleep``) or waiting on I/O
@@ -97,7 +97,7 @@ class Jobs:
         self.lent = 0  # of those, jobs whose threads wait on loop work of theirs
         self.active: dict[_Job, None] = {}  # the jobs not ended (those with a _Job)
         self.recheck = False  # threads held the clock at the last look: look again soon
-        self.pool: _LibuvPool | None = None  # the base's own resolver threads, if watched
+        self.pool: LibuvPool | None = None  # the base's own resolver threads, if watched
 
     def begin(self) -> _Job:
         """Work is being handed to a thread: count it until :meth:`end`."""
@@ -110,11 +110,11 @@ class Jobs:
         """Whether a thread working for the loop holds the clock now: a job not lent and not
         parked (blocked on another thread for the grace, see "Threads"), or the base's own
         resolver threads at work. When True, the idle detector looks again in
-        ``_PARK_POLL`` seconds of real time (a job may park meanwhile)."""
+        ``PARK_POLL`` seconds of real time (a job may park meanwhile)."""
         self.recheck = False
         waiting = self.count - self.lent
         if waiting > 0:
-            sampler = _sampler()
+            sampler = process_sampler()
             if sampler is not None:
                 for job in list(self.active):
                     if not job.work and not job.ended and sampler.parked(job):
@@ -190,7 +190,7 @@ class _Job:
 _THREAD_POOL: Final = concurrent.futures.ThreadPoolExecutor
 # The job the current thread is running, if any (``_threads.job``: set by _Job.wrap).
 _threads: Final = threading.local()
-# The job whose thread asked for the loop work running in this context (see _threadsafe).
+# The job whose thread asked for the loop work running in this context (see marking_job).
 _job_var: Final[contextvars.ContextVar[_Job | None]] = contextvars.ContextVar(
     "aiowheel_virtual_job", default=None
 )
@@ -199,7 +199,7 @@ _job_var: Final[contextvars.ContextVar[_Job | None]] = contextvars.ContextVar(
 # -- which threads run: read off /proc (see "Threads") ---------------------------------------
 
 _PARK_GRACE: Final = 0.05  # real seconds a job's thread waits on another thread before it parks
-_PARK_POLL: Final = 0.01  # real seconds between two looks while threads hold the clock
+PARK_POLL: Final = 0.01  # real seconds between two looks while threads hold the clock
 _TASKS: Final = "/proc/self/task"
 _SETTLE: Final = 0.25  # seconds after a change of the thread count before a listing is trusted
 
@@ -268,7 +268,7 @@ _sampler_state: list[_Sampler | None] = []  # [] until calibrated, then [the sam
 _sampler_lock: Final = threading.Lock()
 
 
-def _sampler() -> _Sampler | None:
+def process_sampler() -> _Sampler | None:
     """The process's sampler, or None where threads cannot be read (not Linux, no ``/proc``):
     there every job counts until its result is back, as before."""
     if not _sampler_state:
@@ -317,7 +317,7 @@ def _calibrate() -> _Sampler | None:
     return _Sampler(frozenset(found)) if found else None
 
 
-class _LibuvPool:
+class LibuvPool:
     """libuv's worker threads ("libuv-worker"), where uvloop and zuvloop resolve names
     (``getaddrinfo``, ``getnameinfo``) and do their file work: busy while one of them is not
     waiting for work (on its condition variable, a lock's wait).
@@ -450,7 +450,7 @@ def watch_executors(loop: Any, jobs: Jobs) -> None:
     loop.create_task = create_task
 
 
-def _threadsafe(jobs: Jobs, method: Callable[..., Any]) -> Callable[..., Any]:
+def marking_job(jobs: Jobs, method: Callable[..., Any]) -> Callable[..., Any]:
     """The loop's ``call_soon_threadsafe``: a call from a thread running one of the clock's jobs
     carries the job in the callback's context, so the tasks it makes are the job's loop work."""
 

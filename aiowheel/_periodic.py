@@ -27,12 +27,12 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from . import _awaiting
-from ._entry import Owner, _Timed
+from ._entry import Owner, Timed
 
 __all__ = ["Interval", "PeriodicHandle", "Watchdog"]
 
 
-class _Schedule:
+class Schedule:
     """The arithmetic of a fixed-rate schedule: deadline k is ``start + k * interval``."""
 
     __slots__ = ("interval", "k", "missed", "skipped", "start")
@@ -66,7 +66,7 @@ class _Schedule:
         self.k = behind
 
 
-class _Runner(_Timed):
+class _Runner(Timed):
     """A wheel entry that runs a user callback, sync or async, when it fires."""
 
     __slots__ = ("_args", "_callback", "_context", "_is_async", "_owner", "_task")
@@ -169,14 +169,14 @@ class PeriodicHandle(_Runner):
 
     __slots__ = ("_cancelled", "_count", "_schedule")
 
-    _schedule: _Schedule
+    _schedule: Schedule
     _count: int
     _cancelled: bool
 
     def __init__(
         self,
         owner: Owner,
-        schedule: _Schedule,
+        schedule: Schedule,
         callback: Callable[..., Any],
         args: tuple[object, ...],
         context: contextvars.Context,
@@ -338,7 +338,7 @@ class Interval(AsyncIterator[float]):
 
     __slots__ = ("_owner", "_schedule")
 
-    def __init__(self, owner: Owner, schedule: _Schedule) -> None:
+    def __init__(self, owner: Owner, schedule: Schedule) -> None:
         self._owner = owner
         self._schedule = schedule
 

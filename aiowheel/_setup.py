@@ -29,7 +29,7 @@ from ._binding import Binding
 from ._clock import Clock, clock_for
 from ._debug import Origins
 from ._dispatch import Dispatch
-from ._entry import Owner, _Timed
+from ._entry import Owner, Timed
 from ._grid import Grid
 from ._observe import LagHistogram
 from ._reaper import Reaper
@@ -127,7 +127,7 @@ class Setup(Owner):
         entries = store.drain()
         entries.sort(key=_dispatch.deadline_of)  # by deadline, then filing stamp
         for entry in entries:
-            assert isinstance(entry, _Timed)
+            assert isinstance(entry, Timed)
             store.insert(entry, self._grid.tick_for(entry._when, store.elapsed))
         store.set_clock(read, self._grid.epoch)
         if not self._reaper.running:  # else the pass under way re-arms when it ends

@@ -37,7 +37,7 @@ from math import inf
 from typing import Any, Final
 
 from . import _build
-from ._entry import _Timed
+from ._entry import Timed
 from ._handles import EMPTY_CONTEXT, callback_repr
 from ._wheel import Entry, Wheel, entries_at
 
@@ -141,7 +141,7 @@ class Store:
         none): where an exact clock wakes (:meth:`aiowheel._reaper.Reaper.arm`)."""
         earliest = inf
         for entry in entries_at(self.wheel, expiration):
-            assert isinstance(entry, _Timed)
+            assert isinstance(entry, Timed)
             when = entry._when
             if when < earliest:
                 earliest = when

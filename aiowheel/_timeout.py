@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Final, TypeVar, final
 
 from ._awaiting import DONE as _DONE
-from ._entry import Owner, _Timed
+from ._entry import Owner, Timed
 from ._errors import chained
 from ._validate import Seconds, seconds
 
@@ -69,7 +69,7 @@ _EXITED: Final = _State.EXITED
 
 
 @final
-class Timeout(_Timed):
+class Timeout(Timed):
     """Asynchronous context manager that cancels the block it guards at a deadline.
 
     Use :meth:`Timer.timeout` / :meth:`Timer.timeout_at` (or the module-level

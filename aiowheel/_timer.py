@@ -26,7 +26,7 @@ from ._dispatch import DEFAULT_MAX_BATCH
 from ._driver import NO_LIMIT, Driver
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import Handle, Scheduled
-from ._periodic import Interval, PeriodicHandle, Watchdog, _Schedule
+from ._periodic import Interval, PeriodicHandle, Schedule, Watchdog
 from ._timeout import Timeout
 from ._validate import Count, Name, Seconds, seconds
 
@@ -372,7 +372,7 @@ class Timer:
             raise TypeError(f"every(): callback must be callable, got {type(callback).__name__}")
         first = self._first_deadline(start, period, "every()", "interval")
         return PeriodicHandle(
-            driver, _Schedule(first, period, policy), callback, args, contextvars.copy_context()
+            driver, Schedule(first, period, policy), callback, args, contextvars.copy_context()
         )
 
     def interval(
@@ -387,7 +387,7 @@ class Timer:
         every = _validate.period("interval(): period", period)
         policy = _validate.missed(missed, "interval()")
         first = self._first_deadline(start, every, "interval()", "period")
-        return Interval(self._driver, _Schedule(first, every, policy))
+        return Interval(self._driver, Schedule(first, every, policy))
 
     def _first_deadline(self, start: Seconds | None, period: float, where: str, name: str) -> float:
         """A schedule's first deadline: ``start``, validated, or one period from now.

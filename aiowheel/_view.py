@@ -17,8 +17,8 @@ from typing import Any
 
 from ._binding import listed_on
 from ._driver import Driver
-from ._entry import _Timed
-from ._handles import _Call
+from ._entry import Timed
+from ._handles import Call
 from ._observe import asyncio_timeout_task, classify, origin_key
 from ._setup import tracked_loops
 from ._timeout import Timeout
@@ -46,7 +46,7 @@ class View:
         for pending in driver.pending_timers():
             kind, what, who = pending._describe()
             kind, what, task = classify(kind, what, who)
-            shown: object = pending._handle if isinstance(pending, _Call) else pending
+            shown: object = pending._handle if isinstance(pending, Call) else pending
             out.append((shown, pending._when, kind, what, task, driver.origin_of(pending)))
         return out
 
@@ -56,7 +56,7 @@ class View:
         (aiowheel._scheduled)."""
         out: list[asyncio.TimerHandle] = []
         for pending in self._driver.pending_timers():
-            shown: object = pending._handle if isinstance(pending, _Call) else pending
+            shown: object = pending._handle if isinstance(pending, Call) else pending
             if isinstance(shown, asyncio.TimerHandle):
                 out.append(shown)
         return out
@@ -81,9 +81,9 @@ class View:
         for entry in self._driver.pending_timers():
             if isinstance(entry, Timeout):
                 guarded = entry._task
-            elif isinstance(entry, _Call):
+            elif isinstance(entry, Call):
                 guarded = asyncio_timeout_task(entry._handle._callback)
-            elif isinstance(entry, _Timed):
+            elif isinstance(entry, Timed):
                 continue
             else:  # a handle of the native core
                 guarded = asyncio_timeout_task(entry._callback)

@@ -96,8 +96,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from . import _bases, _validate
 from ._anyio_hook import watch_anyio
-from ._idle import _Idle, _loop_state, _ProbeIdle, _SelectorIdle
-from ._jobs import Jobs, _LibuvPool, _sampler, _threadsafe, watch_executors
+from ._idle import Idle, ProbeIdle, SelectorIdle, loop_state
+from ._jobs import Jobs, LibuvPool, marking_job, process_sampler, watch_executors
 
 if TYPE_CHECKING:
     from ._fuzz import Chance, Fuzz
@@ -173,7 +173,7 @@ class VirtualClock:
         self._advances: list[tuple[float, int, asyncio.Future[None]]] = []
         self._jobs = Jobs(self._want)  # work handed to threads, not back yet (see "Threads")
         self._due_scheduled = False
-        self._idle: _Idle | None = None
+        self._idle: Idle | None = None
         self._base_call_soon: Callable[..., Any] = loop.call_soon
         self._chance: Chance | None = None  # fuzzing off: the exact clock
         self._trace: list[tuple[float, str]] | None = None
@@ -394,23 +394,23 @@ def install(loop: Any, clock: VirtualClock) -> None:
     watch_executors(loop, jobs)
     selector = getattr(loop, "_selector", None)
     if isinstance(loop, asyncio.BaseEventLoop) and isinstance(selector, selectors.BaseSelector):
-        clock._idle = _SelectorIdle(clock, selector)
+        clock._idle = SelectorIdle(clock, selector)
         threadsafe: Callable[..., Any] = loop.call_soon_threadsafe
     else:
         jobs.pool = _resolver_pool(loop)
-        probe = _ProbeIdle(clock, loop, _ready_queue(loop), _requeue_for(loop, clock))
+        probe = ProbeIdle(clock, loop, _ready_queue(loop), _requeue_for(loop, clock))
         loop.call_soon = probe.counted(clock._base_call_soon)
         threadsafe = probe.counted(loop.call_soon_threadsafe)
         clock._idle = probe
-    loop.call_soon_threadsafe = _threadsafe(jobs, threadsafe)
+    loop.call_soon_threadsafe = marking_job(jobs, threadsafe)
 
 
-def _resolver_pool(loop: Any) -> _LibuvPool | None:
+def _resolver_pool(loop: Any) -> LibuvPool | None:
     """The threads ``loop``'s base resolves names in, watched (libuv's: the bases whose record
     says ``libuv``, uvloop and zuvloop), or None (asyncio's and rloop's go through
     ``run_in_executor``; or threads cannot be read)."""
-    sampler = _sampler() if _libuv(loop) else None
-    return None if sampler is None else _LibuvPool(sampler)
+    sampler = process_sampler() if _libuv(loop) else None
+    return None if sampler is None else LibuvPool(sampler)
 
 
 def _libuv(loop: Any) -> bool:
@@ -441,7 +441,7 @@ def _requeue_for(loop: Any, clock: VirtualClock) -> Callable[[Callable[[], None]
             return native_call_later(loop, 0, probe, (), contextvars.copy_context())
 
         return requeue_now
-    base_call_later = _loop_state(loop).heap.near_call_later
+    base_call_later = loop_state(loop).heap.near_call_later
 
     def requeue(probe: Callable[[], None]) -> object:
         return base_call_later(1e-6, probe)

@@ -269,7 +269,7 @@ def test_a_thread_blocked_on_the_loop_lets_the_clock_move(base: Base, kind: str,
     # sleep(1), which the clock could never reach: stuck for good (wait_for's 5 s never came).
     # Now the thread parks (blocked on a lock, using no CPU, for _PARK_GRACE of real time),
     # the clock reaches 1.0, and the work that follows in the thread is waited for again.
-    if _jobs._sampler() is None:
+    if _jobs.process_sampler() is None:
         pytest.skip("threads cannot be read here (no /proc): every job holds the clock")
     feed: list[Callable[[str], None]] = []
     result: list[Any] = []
@@ -330,7 +330,7 @@ def test_names_the_base_resolves_are_waited_for(base: Base) -> None:
     # clock jumped to the timeout while "localhost" was looked up (every round here, 20-35% in
     # the runs). Now libuv's workers at work hold the clock (Linux); asyncio's and
     # rloop's lookups were waited for already.
-    if _jobs._sampler() is None:
+    if _jobs.process_sampler() is None:
         pytest.skip("threads cannot be read here (no /proc): libuv's resolver is not watched")
     result: list[list[float]] = []
     thread = threading.Thread(

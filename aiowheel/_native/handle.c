@@ -5,7 +5,7 @@
  * get_context(), cancelled(), pending(), the repr (made by _handles.handle_repr itself) and the
  * driver's _run / _describe / _abandon. Where it differs, on purpose:
  *
- * - One object, where the pure build has two (the TimerHandle the user holds and the _Call
+ * - One object, where the pure build has two (the TimerHandle the user holds and the Call
  *   entry the wheel links): C can store the wheel's fields (links, tick, Core) over asyncio's
  *   own slots (see HandleObject in core.h), so a handle is asyncio's size and a walk of a
  *   bucket touches nothing else.
