@@ -31,7 +31,6 @@ import logging
 import math
 import os
 import re
-import sys
 import time
 import weakref
 from _thread import get_ident as _get_ident
@@ -42,6 +41,7 @@ from typing import Any, Final, final
 
 from ._census import _deadline_sources, tasks_left, time_left
 from ._default import get_timer
+from ._tasks import current_task
 from ._validate import period
 
 __all__ = [
@@ -109,19 +109,6 @@ Body = bytes | Callable[[Expired], bytes]
 
 
 # --- shared with aiowheel.aiohttp: the deadlines, one wheel entry per tick -----------------
-
-if sys.version_info >= (3, 12):
-    from _asyncio import current_task as _current_task  # the C function
-else:
-    # 3.11's asyncio.current_task is Python; the registry it reads is the C accelerator's
-    # dict.
-    _current_tasks: Final[dict[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = (
-        asyncio.tasks._current_tasks  # type: ignore[attr-defined]
-    )
-
-    def _current_task(loop: asyncio.AbstractEventLoop) -> asyncio.Task[Any] | None:
-        return _current_tasks.get(loop)
-
 
 _forks: Final = [0]  # how many times this process is a forked child
 
@@ -360,10 +347,10 @@ class Deadlines:
         table = self._table
         task = None
         if table is not None and table.thread == _get_ident() and table.forks == _forks[0]:
-            task = _current_task(table.loop)
+            task = current_task(table.loop)
         if task is None:
             loop = _get_running_loop()
-            task = None if loop is None else _current_task(loop)
+            task = None if loop is None else current_task(loop)
             if loop is None or task is None:
                 raise RuntimeError("a request deadline needs to run inside a task")
             table = self._tables.get(loop)
@@ -905,7 +892,7 @@ def caller_left(where: str) -> tuple[float | None, bool]:
     left: float | None = None
     chain: list[asyncio.Task[Any]] = []
     loop = _get_running_loop()
-    task = None if loop is None else _current_task(loop)
+    task = None if loop is None else current_task(loop)
     if loop is not None and task is not None:
         chain = _awaited_by(task)
         left = tasks_left(loop, *chain)
