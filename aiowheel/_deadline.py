@@ -29,7 +29,6 @@ import asyncio
 import contextvars
 import logging
 import math
-import os
 import re
 import time
 import weakref
@@ -42,6 +41,7 @@ from typing import Any, Final, final
 from ._census import _deadline_sources, tasks_left, time_left
 from ._default import get_timer
 from ._tasks import current_task
+from ._threads import FORKS
 from ._validate import period
 
 __all__ = [
@@ -109,17 +109,6 @@ Body = bytes | Callable[[Expired], bytes]
 
 
 # --- shared with aiowheel.aiohttp: the deadlines, one wheel entry per tick -----------------
-
-_forks: Final = [0]  # how many times this process is a forked child
-
-
-def _after_fork_in_child() -> None:
-    _forks[0] += 1
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
 
 @final
 class Request:
@@ -261,7 +250,7 @@ class _Table:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.thread = _get_ident()  # where `loop` ran when this table was made
-        self.forks = _forks[0]
+        self.forks = FORKS.count
         self.timer = timer = get_timer()
         self.per_tick = 1.0 / timer.tick
         self.ticks: dict[int, _Tick] = {}
@@ -346,7 +335,7 @@ class Deadlines:
         # of a running loop handed to another thread while this one runs another loop.
         table = self._table
         task = None
-        if table is not None and table.thread == _get_ident() and table.forks == _forks[0]:
+        if table is not None and table.thread == _get_ident() and table.forks == FORKS.count:
             task = current_task(table.loop)
         if task is None:
             loop = _get_running_loop()
@@ -354,7 +343,7 @@ class Deadlines:
             if loop is None or task is None:
                 raise RuntimeError("a request deadline needs to run inside a task")
             table = self._tables.get(loop)
-            if table is None or table.thread != _get_ident() or table.forks != _forks[0]:
+            if table is None or table.thread != _get_ident() or table.forks != FORKS.count:
                 table = self._tables[loop] = _Table(loop)
             self._table = table
         assert table is not None
