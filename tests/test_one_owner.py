@@ -193,7 +193,6 @@ OVERSIZE = {
     "_driver:Driver": 470,
     "pytest:pytest_addoption": 100,  # one option table, read top to bottom
     "_purgatory:Purgatory.wait": 64,  # the checks of a public call, in the order they run
-    "_deadline:Settings.__init__": 64,  # a server adapter's documented parameters, checked once
     "aiohttp:deadline_middleware": 63,  # the middleware and its docstring, one closure
     "_wheel:Wheel.advance": 72,  # the cascade and the due walk: the theory of operation's core
 }
