@@ -36,6 +36,8 @@ from ._threads import FORKS
 __all__ = ["BudgetExhausted", "Deadlines", "Request", "current"]
 
 
+# The budget's error (aiowheel._budget raises it), kept here: Deadlines.end answers it as the
+# deadline's own, and every room above imports this one.
 class BudgetExhausted(TimeoutError):
     """Less time is left of the request's deadline than a call needs: raised by
     :func:`budget` and :func:`budget_header` instead of starting a call that cannot finish.
