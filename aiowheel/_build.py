@@ -36,6 +36,7 @@ else:
 #: The modules the compiled build compiles (setup.py's list, by module name).
 COMPILED_MODULES = (
     "_validate",
+    "_tasks",
     "_wheel",
     "_entry",
     "_handles",

@@ -36,16 +36,10 @@ import math
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from ._deadline import (
-    DEFAULT_MARGIN,
-    BudgetExhausted,
-    caller_left,
-    header_name,
-    header_value,
-    milliseconds,
-    nonnegative,
-    parse_timeout_header,
-)
+from ._budget import DEFAULT_MARGIN, caller_left, header_value
+from ._deadline import BudgetExhausted
+from ._inbound import milliseconds, parse_timeout_header
+from ._settings import header_name, nonnegative
 
 __all__ = [
     "DEFAULT_HEADER",
@@ -74,7 +68,7 @@ class Outgoing(NamedTuple):
     """Seconds the callee is told: ``left`` less the margin, at least :data:`SMALLEST`."""
     guarded: bool
     """Whether the deadline cancels the calling task when it passes (see
-    :func:`aiowheel._deadline.caller_left`): then the call ends with it, and the adapter sets
+    :func:`aiowheel._budget.caller_left`): then the call ends with it, and the adapter sets
     no timeout of its own (a timer per read and write, in httpx)."""
 
 
@@ -127,7 +121,7 @@ def outgoing_header(callee: float, form: str, explicit: Iterable[str] = ()) -> s
     """The one value the deadline header goes out with, in ``form`` (:func:`form_of`): the
     caller's own (``explicit``, the values already on the request) if it is a valid deadline
     in that form no larger than ``callee``, kept as it is; otherwise ``callee`` rounded down
-    (:func:`aiowheel._deadline.header_value`, or whole milliseconds)."""
+    (:func:`aiowheel._budget.header_value`, or whole milliseconds)."""
     kept: str | None = None
     smallest = callee
     for raw in explicit:

@@ -19,7 +19,9 @@ Forks. On 3.11 asking asyncio for the running loop makes a ``getpid()`` system c
 the rest of a ``call_later``; there the loop check asks an asyncio loop for its ``_thread_id``
 instead (:mod:`aiowheel._binding`). A forked child has a copy of that loop that still says it
 runs in this (copied) thread, so loops bound before a fork go back to asyncio's answer in the
-child: :data:`FORKS` counts the forks this process is a child of. Every other loop (uvloop's,
+child: :data:`FORKS` counts the forks this process is a child of (on every version: the request
+deadlines' tables, :mod:`aiowheel._deadline`, read it too, for the same reason: a forked child
+still has its parent's thread id and its parent's current tasks). Every other loop (uvloop's,
 rloop's...) keeps its thread where Python cannot read it: there the check asks
 :data:`running_loop`, asyncio's own lookup minus the system call (the native core reads the
 same holder asyncio does and compares its process id with one it caches and renews in a forked
@@ -75,7 +77,8 @@ FOREIGN_CANCEL: Final = (
 
 
 class _Forks:
-    """How many times this process is a forked child."""
+    """How many times this process is a forked child: what a loop or a thread seen before the
+    fork is checked against (the fast loop check, the request deadlines' tables)."""
 
     __slots__ = ("count",)
 
@@ -91,7 +94,7 @@ def _after_fork_in_child() -> None:
     FORKS.count += 1
 
 
-if GETPID_IN_RUNNING_LOOP and hasattr(os, "register_at_fork"):
+if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 

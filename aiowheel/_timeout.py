@@ -28,24 +28,12 @@ from typing import Final, TypeVar, final
 from ._awaiting import DONE as _DONE
 from ._entry import Owner, Timed
 from ._errors import chained
+from ._tasks import current_task
 from ._validate import Seconds, seconds
 
 __all__ = ["Timeout"]
 
 _T = TypeVar("_T")
-
-if sys.version_info >= (3, 12):
-    from _asyncio import current_task as _current_task  # the C function
-else:
-    # 3.11's asyncio.current_task is Python (a third of a timeout's cost); the registry it
-    # reads is the C accelerator's dict.
-    _current_tasks: Final[dict[asyncio.AbstractEventLoop, asyncio.Task[object]]] = (
-        asyncio.tasks._current_tasks  # type: ignore[attr-defined]
-    )
-
-    def _current_task(loop: asyncio.AbstractEventLoop) -> asyncio.Task[object] | None:
-        return _current_tasks.get(loop)
-
 
 # 3.13 also inserts the TimeoutError into the context chain of a foreign exception raised
 # while the timeout was expiring (gh-113848); 3.11 and 3.12 only convert CancelledError.
@@ -156,7 +144,7 @@ class Timeout(Timed):
             raise RuntimeError("Timeout has already been entered")
         owner = self._owner
         loop = owner._loop_here()
-        task = None if loop is None else _current_task(loop)
+        task = None if loop is None else current_task(loop)
         if loop is None or task is None:
             raise RuntimeError("Timeout should be used inside a task")
         when = self._deadline

@@ -32,8 +32,9 @@ from typing import Any, Final
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse, web
 
 from . import _propagate
-from ._deadline import DEFAULT_BODY, Body, BudgetExhausted, Deadlines, Expired, Settings, current
+from ._deadline import BudgetExhausted, Deadlines, current
 from ._default import timeout as _timeout
+from ._settings import DEFAULT_BODY, Body, Expired, Settings
 
 __all__ = ["deadline_middleware", "propagate_deadline"]
 

@@ -96,21 +96,10 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any, Final, final
 
-from ._deadline import (
-    DEFAULT_BODY,
-    Body,
-    BudgetExhausted,
-    Deadlines,
-    Expired,
-    Request,
-    Settings,
-    budget,
-    budget_header,
-    current,
-    deadline,
-    parse_timeout_header,
-    set_deadline,
-)
+from ._budget import budget, budget_header, deadline, set_deadline
+from ._deadline import BudgetExhausted, Deadlines, Request, current
+from ._inbound import parse_timeout_header
+from ._settings import DEFAULT_BODY, Body, Expired, Settings
 
 __all__ = [
     "BudgetExhausted",

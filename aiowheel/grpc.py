@@ -49,16 +49,9 @@ import grpc
 from grpc import aio
 from grpc.aio import _base_call
 
-from ._deadline import (
-    DEFAULT_MARGIN,
-    BudgetExhausted,
-    Deadlines,
-    Request,
-    Settings,
-    current,
-    nonnegative,
-    outgoing,
-)
+from ._budget import DEFAULT_MARGIN, outgoing
+from ._deadline import BudgetExhausted, Deadlines, Request, current
+from ._settings import Settings, nonnegative
 
 __all__ = ["DeadlineInterceptor", "PropagateDeadline"]  # and BudgetExhausted, asgi's, imported
 
@@ -269,7 +262,7 @@ class PropagateDeadline(
 
     ``margin``: seconds kept back for the network on each hop (default 5 ms: the callee
     counts the deadline from when the call arrives, so without one it would give up after
-    the caller; see ``aiowheel._deadline.DEFAULT_MARGIN``).
+    the caller; see ``aiowheel._budget.DEFAULT_MARGIN``).
     """
 
     __slots__ = ("margin",)

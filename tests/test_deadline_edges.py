@@ -5,6 +5,7 @@ the census; and BackgroundTasks and a plain ``def`` endpoint under a real uvicor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -15,6 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +224,45 @@ async def test_a_deadline_that_cannot_be_filed_is_reported_and_kept_on_the_loop(
     (error,) = errors
     assert isinstance(error["exception"], OverflowError)
     assert "kept on the loop's call_at" in error["message"]
+
+
+# --- a forked child --------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_request_deadline_in_a_forked_child_guards_the_child_s_task() -> None:
+    """A child forked inside a request keeps its parent's thread id and (3.11) its registry of
+    current tasks, so the request table its parent's loop left is not asked for a task there
+    (aiowheel._threads.FORKS): the child's request is its own task's, and its deadline cancels
+    that task, not the parent's."""
+    deadlines = aiowheel._deadline.Deadlines()
+
+    async def child_request() -> bytes:
+        request = deadlines.start(0.05, None, "/child")
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(2)
+        ended = deadlines.end(request, None)
+        return b"%d%d" % (request.task is asyncio.current_task(), ended)
+
+    async def parent_request() -> bytes:
+        request = deadlines.start(60, None, "/parent")  # this loop's table, made in this thread
+        read, write = os.pipe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded ... fork()"
+            pid = os.fork()
+        if pid == 0:  # the child: a loop of its own, its request, report, exit at once
+            try:
+                os.write(write, asyncio.run(child_request()))
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)  # noqa: ASYNC222 (the child's one request takes 50 ms)
+        seen = os.read(read, 2)
+        os.close(read)
+        os.close(write)
+        assert not deadlines.end(request, None)
+        return seen
+
+    assert asyncio.run(parent_request()) == b"11", "the child's deadline took its parent's task"
 
 
 # --- the census names a request's deadline by its route ----------------------------------------

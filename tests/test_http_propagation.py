@@ -21,7 +21,7 @@ from aiohttp import web
 import aiowheel
 import aiowheel.aiohttp
 import aiowheel.httpx
-from aiowheel._deadline import header_value, outgoing
+from aiowheel._budget import header_value, outgoing
 from aiowheel._propagate import outgoing_header
 from aiowheel.asgi import BudgetExhausted, DeadlineMiddleware, budget, parse_timeout_header
 from aiowheel.httpx import DeadlineTransport

@@ -212,7 +212,6 @@ def _spans(path: Path) -> list[tuple[str, str, int]]:
 # grow past and why it is still there: a ratchet, lowered as each is taken apart.
 OVERSIZE = {
     "_purgatory:Purgatory.wait": 64,  # the checks of a public call, in the order they run
-    "_deadline:Settings.__init__": 64,  # a server adapter's documented parameters, checked once
     "aiohttp:deadline_middleware": 63,  # the middleware and its docstring, one closure
     "_wheel:Wheel.advance": 72,  # the cascade and the due walk: the theory of operation's core
 }
