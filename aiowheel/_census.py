@@ -111,7 +111,7 @@ def checked_loop(loop: object, where: str) -> asyncio.AbstractEventLoop:
     return loop
 
 
-def _name(target: object) -> str:
+def callback_name(target: object) -> str:
     """A callback's or coroutine's qualified name, as asyncio would name it; an object whose
     class has a ``_census_name`` method names itself (a request deadline's wheel entry, in
     :mod:`aiowheel.asgi`, names its requests' routes)."""
@@ -152,7 +152,7 @@ class _Namer:
             return "<unknown>"
         if isinstance(key, CodeType):
             return key.co_qualname
-        return _name(key)
+        return callback_name(key)
 
     def origin(self, what: object, task: object, noted: object) -> str:
         return self.name(origin_key(what, task, noted))
@@ -401,7 +401,7 @@ def loop_lag(loop: asyncio.AbstractEventLoop | None = None, *, reset: bool = Fal
     )
 
 
-_deadline_sources: Final[list[Callable[[asyncio.Task[Any]], float | None]]] = []
+deadline_sources: Final[list[Callable[[asyncio.Task[Any]], float | None]]] = []
 """Deadlines kept off the wheel's entries, each source giving the one guarding a task (or None):
 :mod:`aiowheel.asgi`'s requests share one wheel entry per tick, and keep their own."""
 
@@ -443,7 +443,7 @@ def task_deadline(loop: asyncio.AbstractEventLoop, *tasks: asyncio.Task[Any]) ->
     timers for all), tasks of ``loop``, running or not."""
     deadlines = [view.deadline_for(tasks) for view in views_of(loop)]
     deadlines.append(_passed_for(loop, tasks))
-    deadlines.extend(source(task) for source in _deadline_sources for task in tasks)
+    deadlines.extend(source(task) for source in deadline_sources for task in tasks)
     deadlines.append(_heap_deadline_for(loop, tasks))
     known = [deadline for deadline in deadlines if deadline is not None]
     return min(known) if known else None

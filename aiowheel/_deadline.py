@@ -28,7 +28,7 @@ from asyncio import _get_running_loop
 from collections.abc import Mapping
 from typing import Any, Final, final
 
-from ._census import _deadline_sources
+from ._census import deadline_sources
 from ._default import get_timer
 from ._tasks import current_task
 from ._threads import FORKS
@@ -379,4 +379,4 @@ def _guarded(task: object) -> float | None:
     return request.deadline
 
 
-_deadline_sources.append(_guarded)
+deadline_sources.append(_guarded)

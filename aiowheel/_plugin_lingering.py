@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from . import _view
-from ._census import PendingTimer, _name, pending
+from ._census import PendingTimer, callback_name, pending
 from ._lingering import LingeringTimerWarning
 from ._loop import watch_loops
 
@@ -106,7 +106,7 @@ def lingering_message(nodeid: str, left: list[PendingTimer]) -> str:
     """The failure's (or warning's) text: the test, and each timer it left, by kind and origin."""
     lines = [f"{nodeid} left {len(left)} timer{'s' if len(left) > 1 else ''} pending:"]
     for timer in left:
-        what = f" {_name(timer.callback)}," if timer.callback is not None else ""
+        what = f" {callback_name(timer.callback)}," if timer.callback is not None else ""
         lines.append(f"  {timer.kind}{what} {timer.origin} (due at loop time {timer.when:.3f})")
     return "\n".join(lines)
 
