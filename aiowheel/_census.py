@@ -87,7 +87,7 @@ class PendingTimer(NamedTuple):
     """The task it serves or that filed it, where known."""
 
 
-def _loop_of(loop: object, where: str) -> asyncio.AbstractEventLoop:
+def loop_of(loop: object, where: str) -> asyncio.AbstractEventLoop:
     """The loop an inspection function asks about: ``loop``, or with None the running loop;
     TypeError for what is not a loop, RuntimeError with none running (both naming
     ``where``, the function called, and what to pass)."""
@@ -238,7 +238,7 @@ def pending_timers(loop: asyncio.AbstractEventLoop | None = None) -> list[Pendin
     >>> for timer in aiowheel.pending_timers():
     ...     print(f"{timer.when:.3f} {timer.kind:9} {timer.origin}")
     """
-    return [timer for _, timer in pending(_loop_of(loop, "pending_timers()"))]
+    return [timer for _, timer in pending(loop_of(loop, "pending_timers()"))]
 
 
 def pending(loop: asyncio.AbstractEventLoop) -> list[tuple[object, PendingTimer]]:
@@ -299,7 +299,7 @@ def timer_census(
             )
         if top < 1:
             raise ValueError(f"timer_census(): top must be a positive int or None, got {top!r}")
-    loop = _loop_of(loop, "timer_census()")
+    loop = loop_of(loop, "timer_census()")
     if loop.is_closed():
         return []
     # Counted by origin in the drivers, without a snapshot of each timer; named once each.
@@ -326,7 +326,7 @@ def track_origins(enabled: bool = True, *, loop: asyncio.AbstractEventLoop | Non
     too); ``enabled=False`` stops it. Costs a stack walk per timer filed while on."""
     if not isinstance(enabled, bool):
         raise TypeError(f"track_origins(): enabled must be a bool, got {type(enabled).__name__}")
-    track_loop(_loop_of(loop, "track_origins()"), enabled)
+    track_loop(loop_of(loop, "track_origins()"), enabled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,7 +375,7 @@ def loop_lag(loop: asyncio.AbstractEventLoop | None = None, *, reset: bool = Fal
     """
     if not isinstance(reset, bool):
         raise TypeError(f"loop_lag(): reset must be a bool, got {type(reset).__name__}")
-    loop = _loop_of(loop, "loop_lag()")
+    loop = loop_of(loop, "loop_lag()")
     histogram: list[int] = []
     count = 0
     largest = 0.0

@@ -886,7 +886,7 @@ def timer_of(loop: asyncio.AbstractEventLoop | None = None) -> Timer | None:
     >>> aiowheel.timer_of()   # None unless the running loop is in loop mode
     """
     if not isinstance(loop, _LoopMode):
-        loop = _census._loop_of(loop, "timer_of()")
+        loop = _census.loop_of(loop, "timer_of()")
     return _timer_of_state(loop) if isinstance(loop, _LoopMode) else None
 
 
@@ -895,5 +895,5 @@ def config_of(loop: asyncio.AbstractEventLoop | None = None) -> LoopConfig | Non
     running loop); None for any other loop."""
     if isinstance(loop, _LoopMode):
         return type(loop)._aiowheel_config
-    found = _census._loop_of(loop, "config_of()")
+    found = _census.loop_of(loop, "config_of()")
     return type(found)._aiowheel_config if isinstance(found, _LoopMode) else None

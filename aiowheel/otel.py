@@ -30,7 +30,7 @@ from typing import Any
 
 from opentelemetry import metrics
 
-from ._census import _loop_of
+from ._census import loop_of
 from ._view import View, views_of
 
 __all__ = ["Instrumentation", "instrument"]
@@ -124,7 +124,7 @@ def instrument(
 
     >>> aiowheel.otel.instrument(attributes={"service": "api"})
     """
-    loop = _loop_of(loop, "instrument()")
+    loop = loop_of(loop, "instrument()")
     if attributes is not None and not isinstance(attributes, Mapping):
         raise TypeError(
             f"instrument(): attributes must be a mapping or None, got {type(attributes).__name__}"

@@ -43,7 +43,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 from . import _dispatch, _validate
-from ._census import _loop_of
+from ._census import loop_of
 from ._clock import STATE_ATTRIBUTE
 from ._fuzz import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz
 from ._loop import LoopConfig, LoopFactory
@@ -208,7 +208,7 @@ def clock_of(loop: asyncio.AbstractEventLoop | None = None) -> VirtualClock | No
     >>> aiowheel.testing.clock_of().now
     """
     if loop is None or not isinstance(loop, asyncio.AbstractEventLoop):
-        loop = _loop_of(loop, "clock_of()")  # the running loop, or a clear error
+        loop = loop_of(loop, "clock_of()")  # the running loop, or a clear error
     state = getattr(loop, STATE_ATTRIBUTE, None)
     clock: VirtualClock | None = None if state is None else state.virtual
     return clock if isinstance(clock, VirtualClock) else None

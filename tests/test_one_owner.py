@@ -225,3 +225,55 @@ def test_no_class_or_function_outgrows_a_sitting() -> None:
             if lines > limit:
                 grown.append(f"{kind} {name}: {lines} lines (at most {limit})")
     assert grown == []
+
+
+# -- a leading underscore means "private to this room" (issue 52): a name another room imports
+# -- or reads off the module is that room's API, and is spelled without one
+
+
+def _private_names_taken(path: Path) -> list[str]:
+    """``room.name`` for each underscored name ``path`` imports from another aiowheel room
+    (``from ._room import _name``) or reads off one it imported (``_room._name``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    rooms: dict[str, str] = {}  # local name -> room, for `from . import _room`
+    taken: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                room = node.module.split(".")[0]
+                taken += [
+                    f"{room}.{alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+            else:
+                rooms.update({alias.asname or alias.name: alias.name for alias in node.names})
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and rooms.get(node.value.id, path.stem) != path.stem
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            taken.append(f"{rooms[node.value.id]}.{node.attr}")
+    return sorted(set(taken))
+
+
+def test_no_room_takes_another_rooms_private_names() -> None:
+    offenders = [
+        f"{name} takes {taken}"
+        for name, path in MODULES.items()
+        for taken in _private_names_taken(path)
+        if taken.split(".")[0] in MODULES
+    ]
+    assert offenders == []
+
+
+def test_the_underscore_check_sees_both_ways_of_taking_a_name(tmp_path: Path) -> None:
+    room = tmp_path / "room.py"
+    room.write_text(
+        "from . import _census\nfrom ._entry import _Timed, Owner\n"
+        "x = _census._loop_of(None, 'f()')\ny = _census.pending\n"
+    )
+    assert _private_names_taken(room) == ["_census._loop_of", "_entry._Timed"]
