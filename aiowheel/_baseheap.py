@@ -5,10 +5,11 @@ base loop's; the base's own heap is still where three kinds of timer go: a near 
 base's precision, not the wheel's tick), a call with an odd argument (the base's own answer,
 after loop mode's refusals: :mod:`aiowheel._refusals`), and the wheel's one wake-up. A
 :class:`BaseHeap` reaches that heap through the base class's methods called as plain functions,
-so none of those lands back in the wheel; until a test replaces the loop's ``time``, it is also
-the clock the loop's wheel runs by (a :class:`~aiowheel._clock.Clock`: read the time, file a
-wake-up). The wake-up on asyncio's heap is a :class:`WakeUp`, a handle that tells the suites
-looking for lingering timers in ``loop._scheduled`` that it is none of the program's.
+so none of those lands back in the wheel; on a real-time loop, until a test replaces the
+loop's ``time``, it is also the clock the loop's wheel runs by (a
+:class:`~aiowheel._clock.Clock`: read the time, file a wake-up). The wake-up on asyncio's heap
+is a :class:`WakeUp`, a handle that tells the suites looking for lingering timers in
+``loop._scheduled`` that it is none of the program's.
 
 The reaper. In loop mode it is not a task. The wheel's wake-up handle, on the loop's own heap
 and filed through the base class (so it cannot land in its own wheel), has the reaper as its

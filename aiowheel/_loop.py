@@ -24,7 +24,8 @@ odd arguments get exactly the base loop's results, but for two refusals it lacks
 deadline, and one that is not a number: :mod:`aiowheel._refusals`). The loop's own heap, and on
 it the wheel's one wake-up (whose callback is the reaper's pass: no task), is
 :mod:`aiowheel._baseheap`; what loop mode keeps for each loop (its Timer, driver and binding,
-never read through the Timer) and the clock its wheel follows, :mod:`aiowheel._loopstate`.
+read there rather than through the Timer) and the clock its wheel follows,
+:mod:`aiowheel._loopstate`.
 
 Life cycle. The Timer is bound when the loop is made, so timers may be filed before the loop
 runs, across repeated ``run_until_complete`` calls and after ``stop()``. ``close()`` drops

@@ -6,7 +6,8 @@ mode reads, each set once: the loop's Timer, the driver under it and the driver'
 (the loop, open or closed, and its thread), the base loop's heap (:mod:`aiowheel._baseheap`)
 and the virtual clock if the loop has one; and, the one thing that changes, the clock the
 wheel runs by now. Loop mode's other rooms (the loop class, ``loop._scheduled``, the default
-timer, the testing helpers) ask it, never the inside of the Timer.
+timer, the testing helpers) ask it rather than the inside of the Timer, which loop mode reads
+once, as the loop is made (its driver).
 
 The clock. A test that replaces the loop's ``time`` on the instance (``loop.time = fake``,
 ``mock.patch.object(loop, "time", ...)``) makes asyncio run its heap by that clock; the driver
@@ -14,9 +15,9 @@ and the base heap follow it here (:func:`time_replaced`, called by the loop clas
 ``__setattr__`` / ``__delattr__``), so every timer is filed and fired by it, and go back to the
 loop's own clock when it is removed.
 
-Why a room of its own. The state is read from five places and written by one (the loop's
-set-up in :mod:`aiowheel._loop`); what it holds, when it is ready, and how the clock it names
-changes are one concern, apart from the loop class and its config.
+Why a room of its own. The state is read by most of loop mode and made in one place (the
+loop's set-up in :mod:`aiowheel._loop`); what it holds, when it is ready, and how the clock it
+names changes are one concern, apart from the loop class and its config.
 """
 
 from __future__ import annotations
