@@ -19,10 +19,10 @@ so that every timer runs with the clock at its own deadline (the reaper's ``Reap
 A real clock is not exact: its wake-up is at the tick, and a timer runs when its tick comes.
 
 The implementations: :class:`LoopClock` here (any event loop: a Timer's clock on a loop that
-is not in loop mode), ``_BaseHeap`` and the replaced-``time`` adapter of :mod:`aiowheel._loop`,
-and :class:`aiowheel._virtual.VirtualClock`. A Timer of the user's on a loop-mode loop reads
-the loop's clock through :func:`clock_for`, which asks the loop-mode loop what its clock is at
-each reading (see :class:`FollowedClock`).
+is not in loop mode), :class:`aiowheel._baseheap.BaseHeap`, the replaced-``time`` adapter of
+:mod:`aiowheel._loopstate`, and :class:`aiowheel._virtual.VirtualClock`. A Timer of the
+user's on a loop-mode loop reads the loop's clock through :func:`clock_for`, which asks the
+loop-mode loop what its clock is at each reading (see :class:`FollowedClock`).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class LoopClock:
 
 class LoopModeClocks(Protocol):
     """What a loop-mode loop tells the Timers bound to it about its clock (its state object,
-    :class:`aiowheel._loop.LoopState`): the clock its own wheel runs by now."""
+    :class:`aiowheel._loopstate.LoopState`): the clock its own wheel runs by now."""
 
     @property
     def clock(self) -> Clock:
@@ -120,7 +120,7 @@ class FollowedClock:
         return self._state.clock.exact
 
 
-# The attribute a loop-mode loop keeps its state in (aiowheel._loop.LoopState): the one name
+# The attribute a loop-mode loop keeps its state in (aiowheel._loopstate.LoopState): the one name
 # aiowheel sets on a loop instance.
 STATE_ATTRIBUTE: Final = "_aiowheel"
 

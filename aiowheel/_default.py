@@ -5,13 +5,15 @@ One Timer per running loop, created on first use: a timing wheel pays off when i
 module-level helpers all go through :func:`get_timer`. The default timer closes itself when
 its loop shuts down (``asyncio.run`` cancels its reaper at exit), without a warning.
 
-The last (loop, timer) pair is cached so the helpers on the hot path cost one identity check,
-not a weak-dictionary lookup.
+The last timer used is cached, with its binding (the driver's loop check,
+:mod:`aiowheel._binding`), so the helpers on the hot path cost one identity check, not a
+weak-dictionary lookup. A loop-mode loop's own timer and binding are read from the loop's state
+(:mod:`aiowheel._loopstate`); a default Timer's binding is read once, as it is made.
 
 Threads. One loop per thread is asyncio's model (and the one a free-threaded 3.14t scales
 with): each loop has its own default Timer, kept in ``_timers`` by loop (a weak dictionary,
 whose single operations are thread-safe), and the cached timer is used only after it says
-that this thread runs its loop (``Timer._on_loop``), so a thread never gets another's. With
+that this thread runs its loop (``Binding.on_loop``), so a thread never gets another's. With
 the GIL the cache is one slot for the process (threads that each run a loop take turns in it,
 at the cost of a lookup each time it changes hands); on a free-threaded build it is one slot
 per thread (a ``threading.local``, a lookup more per read), since there N threads each running
@@ -29,8 +31,9 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
+from ._binding import Binding
 from ._handles import Handle
-from ._loop import timer_of
+from ._loopstate import driven
 from ._timeout import Timeout
 from ._timer import Timer
 from ._validate import Seconds
@@ -50,22 +53,27 @@ _T = TypeVar("_T")
 
 _get_running_loop: Final = asyncio._get_running_loop
 
-_timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Timer] = weakref.WeakKeyDictionary()
+# A default timer with its binding: (Timer, Binding), read and written as one object.
+_Default = tuple[Timer, Binding]
+
+_timers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Default] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class _Last:
-    """The most recently used timer (a closed timer has let go of its loop)."""
+    """The most recently used timer and its binding (a closed timer has let go of its loop)."""
 
-    __slots__ = ("timer",)
+    __slots__ = ("default",)
 
     def __init__(self) -> None:
-        self.timer: Timer | None = None
+        self.default: _Default | None = None
 
 
 class _ThreadLast(threading.local):
-    """The most recently used timer of this thread (free-threaded builds)."""
+    """The most recently used timer and its binding, of this thread (free-threaded builds)."""
 
-    timer: Timer | None = None
+    default: _Default | None = None
 
 
 _last: Final[_Last | _ThreadLast] = (
@@ -79,9 +87,9 @@ def get_timer() -> Timer:
     On a loop-mode loop (:func:`aiowheel.new_event_loop`) this is the loop's own Timer, the
     wheel its ``call_at`` / ``call_later`` use. Raises RuntimeError outside a running loop.
     """
-    timer = _last.timer
-    if timer is not None and timer._binding.on_loop():  # this thread runs its loop, and it is open
-        return timer
+    last = _last.default
+    if last is not None and last[1].on_loop():  # this thread runs its loop, and it is open
+        return last[0]
     loop = _get_running_loop()
     if loop is None:
         raise RuntimeError(
@@ -89,15 +97,18 @@ def get_timer() -> Timer:
             "a running event loop in this thread; from another thread, hand the call to the "
             "loop with loop.call_soon_threadsafe(...)"
         )
-    timer = _timers.get(loop)
-    if timer is None:
-        timer = timer_of(loop)  # a loop-mode loop's own wheel
-    if timer is None or timer.closed():
+    default = _timers.get(loop)
+    if default is None:
+        state = driven(loop)  # a loop-mode loop's own wheel
+        if state is not None:
+            default = (state.timer, state.binding)
+    if default is None or default[1].closed:
         timer = Timer()
-        timer._binding.check_loop()  # bind now, in this loop
-        _timers[loop] = timer
-    _last.timer = timer
-    return timer
+        binding = timer._binding  # read once: the one look inside a Timer made here
+        binding.check_loop()  # bind now, in this loop
+        default = _timers[loop] = (timer, binding)
+    _last.default = default
+    return default[0]
 
 
 def timeout(delay: Seconds | None) -> Timeout:

@@ -185,5 +185,5 @@ class ProbeIdle(Idle):
 
 
 def loop_state(loop: Any) -> Any:
-    """A loop-mode loop's state (aiowheel._loop.LoopState, which sits above this room)."""
+    """A loop-mode loop's state (aiowheel._loopstate.LoopState, which sits above this room)."""
     return getattr(loop, STATE_ATTRIBUTE)

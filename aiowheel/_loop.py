@@ -11,7 +11,7 @@ default loop, or ``uvloop.Loop``); the rest of the loop is the base's, untouched
 is a plain Python class (mypyc cannot subclass a class chosen at run time) and carries the
 loop's :class:`~aiowheel.Timer`. ``call_at`` and ``call_later`` are bound as *instance*
 attributes to the compiled methods of a :class:`~aiowheel._loopcalls.LoopCalls` in front of
-the Timer's engine: an overriding method written in Python would add a Python frame (~0.1 us,
+the Timer's driver: an overriding method written in Python would add a Python frame (~0.1 us,
 a sixth of a timer's whole cost) to every call, while an instance attribute is found first
 by every caller, the base loop's own code included (asyncio's ``call_later`` calls
 ``self.call_at``; uvloop's ``call_at`` calls ``self.call_later``).
@@ -20,21 +20,12 @@ Placement (Linux's split: hrtimers for precise timers, the wheel for timeouts). 
 at least ``threshold`` seconds ahead (an int delay too) with a callable goes to the wheel; the
 rest stays on the loop's own heap: short sleeps keep the loop's precision (the wheel adds up to
 one tick of lateness), ``call_soon``-like zero delays run on the next iteration as before, and
-odd arguments get exactly the base loop's results. Two refusals the base loop lacks: a NaN
-deadline (asyncio files it and corrupts its heap) raises ValueError, and a deadline that is not
-a number (asyncio files a str, and its loop fails later; None too) raises TypeError, each named
-by what the user called: ``call_at()`` / ``call_later()``, or ``asyncio.timeout()`` /
-``asyncio.sleep()`` where the callback shows that one of them filed it (:func:`_named`).
-
-The reaper. In loop mode it is not a task. The Timer's wake-up handle, on the loop's own heap
-and filed through the base class (so it cannot land in its own wheel), has the reaper as its
-callback (``Driver._drive``): it advances the wheel, re-arms itself, and runs the due callbacks
-inline, in the iteration that found them due, as the loop does with its own timer handles.
-A task would be wrong in four ways: it is visible in ``asyncio.all_tasks()``; ``asyncio.run``
-cancels it at exit *before* the program's own tasks finish their cleanup (whose timers would
-then have no reaper); it needs a running loop, while ``loop.call_at`` before ``run_*`` is legal;
-and a loop closed with it pending prints "Task was destroyed but it is pending!". A loop
-callback has none of these, and costs one loop handle per bucket expiration, as the task did.
+odd arguments get exactly the base loop's results, but for two refusals it lacks (a NaN
+deadline, and one that is not a number: :mod:`aiowheel._refusals`). The loop's own heap, and on
+it the wheel's one wake-up (whose callback is the reaper's pass: no task), is
+:mod:`aiowheel._baseheap`; what loop mode keeps for each loop (its Timer, driver and binding,
+read there rather than through the Timer) and the clock its wheel follows,
+:mod:`aiowheel._loopstate`.
 
 Life cycle. The Timer is bound when the loop is made, so timers may be filed before the loop
 runs, across repeated ``run_until_complete`` calls and after ``stop()``. ``close()`` drops
@@ -51,7 +42,7 @@ Threads. One loop per thread, N threads at once, is asyncio's model and the one 
 free-threaded 3.14t scales with: each loop-mode loop has its own Timer, wheel and native core,
 touched only by the thread running it (its ``run_forever`` makes that thread the wheel's, so a
 loop made in one thread may run in another). Calls from other threads are refused or handed on
-as the engine and :mod:`aiowheel._loopcalls` say. The module-level state here is safe to use
+as the driver and :mod:`aiowheel._loopcalls` say. The module-level state here is safe to use
 from many threads at once: the class cache (``_classes``; a new config's class is made under
 ``_classes_lock``, so two threads asking at once get the same class) and the watchers list
 (single list operations, read as a tuple).
@@ -72,21 +63,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import math
-import numbers
 import sys
 import threading
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from decimal import Decimal
-from math import inf, nan
 from typing import Any, Final, TypeVar
 
 from . import _bases, _census, _dispatch, _scheduled, _store, _validate, _virtual
-from ._clock import STATE_ATTRIBUTE, Clock
-from ._loopcalls import LoopCalls
+from ._baseheap import BaseHeap
+from ._clock import STATE_ATTRIBUTE
+from ._loopcalls import calls_for
+from ._loopstate import LoopState, driven, state_of, time_replaced
+from ._runner import run_refusing
 from ._timer import Timer
 from ._virtual import VirtualClock, VirtualTime
 
@@ -187,27 +176,6 @@ class LoopConfig:
             )
 
 
-class LoopState:
-    """What loop mode keeps for one loop, in the one attribute it sets on the loop instance
-    (``loop._aiowheel``): its Timer, its base heap, its virtual clock if any, and the clock
-    its wheel runs by now (:mod:`aiowheel._clock`; a Timer of the user's on the loop reads it
-    at each use)."""
-
-    __slots__ = ("clock", "heap", "timer", "virtual")
-
-    def __init__(self, heap: _BaseHeap, virtual: VirtualClock | None) -> None:
-        self.heap: Final = heap
-        self.virtual: Final = virtual
-        self.clock: Clock = heap if virtual is None else virtual
-        self.timer: Timer | None = None  # set once the Timer drives the loop
-
-
-def _state(loop: object) -> LoopState | None:
-    """A loop-mode loop's state; None before it is set up (or if its __init__ failed)."""
-    state: LoopState | None = getattr(loop, STATE_ATTRIBUTE, None)
-    return state
-
-
 class _LoopMode:
     """The part of every loop-mode class that is not its base loop's (see the module doc)."""
 
@@ -222,24 +190,24 @@ class _LoopMode:
 
     # One clock for the loop, a fake one included. A test that replaces the loop's `time` on
     # the instance (`loop.time = fake`, `mock.patch.object(loop, "time", ...)`) makes asyncio
-    # run its heap by that clock; the engine and the base heap follow it here, so every timer
-    # is filed and fired by it, and go back to the loop's own when it is removed. Only this
-    # one attribute name costs more than a comparison (the loop sets few attributes per
-    # iteration, uvloop's native code none through here).
+    # run its heap by that clock; the driver and the base heap follow it (aiowheel._loopstate),
+    # so every timer is filed and fired by it, and go back to the loop's own when it is
+    # removed. Only this one attribute name costs more than a comparison (the loop sets few
+    # attributes per iteration, uvloop's native code none through here).
 
     def __setattr__(self, name: str, value: Any) -> None:
         # The compiled build's loop classes have aiowheel._core.loop_setattr instead (the same
         # in C: this method was a frame on every attribute the base loop sets; _loop_class).
         super().__setattr__(name, value)
         if name == "time":
-            _time_replaced(self)
+            time_replaced(self)
         elif name == "_scheduled" and type(value) is list:
             _scheduled.replaced(self)  # asyncio's rebuild of its heap (aiowheel._scheduled)
 
     def __delattr__(self, name: str) -> None:
         super().__delattr__(name)
         if name == "time":
-            _time_replaced(self)
+            time_replaced(self)
 
     def run_forever(self) -> None:
         """Run the loop (the base's ``run_forever``; ``run_until_complete`` and
@@ -248,34 +216,34 @@ class _LoopMode:
         the thread checks of debug mode and of free-threaded builds (``LoopThread.claim``
         is their slow path if it is not)."""
         loop: Any = self
-        timer = _timer_of_state(self)
-        if timer is None or loop.is_running():  # running: the base refuses, below
+        state = driven(self)
+        if state is None or loop.is_running():  # running: the base refuses, below
             super().run_forever()  # type: ignore[misc]
             return
-        site = timer._binding
-        site.thread.run_here(site.closed)
+        binding = state.binding
+        binding.thread.run_here(binding.closed)
         try:
             super().run_forever()  # type: ignore[misc]
         finally:
-            site.thread.run_ended()
+            binding.thread.run_ended()
 
     def close(self) -> None:
         """Close the loop; pending timers are dropped silently (their handles read cancelled)."""
         loop: Any = self
-        timer = _timer_of_state(self)  # None: __init__ failed
-        if timer is not None and not loop.is_running() and not loop.is_closed():
+        state = driven(self)  # None: __init__ failed
+        if state is not None and not loop.is_running() and not loop.is_closed():
             for watcher in tuple(_watchers):
                 watcher("closing", loop)
-            with timer._binding.thread.lock:  # never during a take-over
-                timer._driver.shutdown(None, " (its event loop was closed)")
+            with state.binding.thread.lock:  # never during a take-over
+                state.driver.shutdown(None, " (its event loop was closed)")
         super().close()  # type: ignore[misc]
 
     def set_debug(self, enabled: bool) -> None:
         """Set the loop's debug mode; the wheel's checks follow it at once."""
         super().set_debug(enabled)  # type: ignore[misc]
-        timer = _timer_of_state(self)  # None: in base __init__
-        if timer is not None:
-            timer._driver.set_debug(bool(enabled))
+        state = driven(self)  # None: in base __init__
+        if state is not None:
+            state.driver.set_debug(bool(enabled))
 
     def __repr__(self) -> str:
         config = type(self)._aiowheel_config
@@ -304,321 +272,35 @@ def watch_loops(watcher: LoopWatcher) -> Callable[[], None]:
     return unwatch
 
 
-def _timer_of_state(loop: object) -> Timer | None:
-    state = _state(loop)
-    return None if state is None else state.timer
-
-
 def _install(loop: Any, config: LoopConfig) -> None:
-    """Give ``loop`` its Timer and bind its call_at / call_later to the Timer's router."""
+    """Give ``loop`` its Timer and state, and bind its call_at / call_later to its router."""
     timer = Timer(tick=config.tick, max_batch=config.max_batch)
-    heap = _BaseHeap(loop, config.base)
+    heap = BaseHeap(loop, config.base)
     # Virtual time (aiowheel._virtual): the wake-up is filed on the clock, and every deadline,
     # near or past, goes to the wheel (the threshold is -inf: nothing waits on the base's real
     # heap).
     virtual = None if config.clock is None else VirtualClock(loop, config.clock)
-    state = LoopState(heap, virtual)
+    # The one look inside the Timer: the driver it is made with, which loop mode drives. From
+    # here on loop mode reads the driver and its binding from the loop's state.
+    state = LoopState(timer, timer._driver, heap, virtual)
     setattr(loop, STATE_ATTRIBUTE, state)
     if virtual is not None:
         _virtual.install(loop, virtual)
-    driver = timer._driver
+    driver = state.driver
     driver.drive_loop(loop, state.clock)
-    state.timer = timer
+    state.driving = True
     pad = _near_pad(config.base)
     threshold = _threshold(config.threshold, pad)
-    calls = LoopCalls(
-        driver,
-        driver.binding,
-        threshold,
-        pad,
-        heap.slow_call_at,
-        heap.slow_call_later,
-        heap.near_call_at,
-        heap.near_call_later,
-        _debug_checks_for(loop, config.base),
-    )
+    checks = _debug_checks_for(loop, config.base)
     # Instance attributes, found before the class's methods by every caller (the module doc).
-    # In the compiled build they are the native core's (aiowheel/_core.c), which routes as
-    # LoopCalls does and hands it every call that is not for the wheel or the loop's heap.
-    front = driver.front(
-        threshold,
-        pad,
-        heap.near_call_at,
-        None if heap.reenters_at else heap.near_call_later,  # asyncio's: done in the core
-        calls.call_at,
-        calls.call_later,
-    )
-    loop.call_at, loop.call_later = front or (calls.call_at, calls.call_later)
+    loop.call_at, loop.call_later = calls_for(driver, state.binding, threshold, pad, heap, checks)
     _scheduled.install(loop)  # loop._scheduled shows its readers the wheel's timers too
 
-
-def _time_replaced(loop: Any) -> None:
-    """``loop.time`` was set or deleted on the instance: follow it once the loop is set up."""
-    # getattr, never loop.__dict__: asking for an instance's __dict__ makes CPython keep its
-    # attributes in a real dict from then on, and the base loop's every self._... read slows
-    # down (Home Assistant sets loop.time on each loop it makes; see aiowheel._scheduled).
-    state = getattr(loop, STATE_ATTRIBUTE, None)
-    if state is not None and state.timer is not None:
-        _follow_time(loop, state)
-
-
-def _replaced_time(loop: Any) -> Any:
-    """The ``time`` set on the instance, or None: ``loop.time`` is the class's method bound
-    to the loop (without reading the instance's ``__dict__``: see :func:`_time_replaced`)."""
-    time_ = loop.time
-    own: Any = getattr(type(loop), "time", None)
-    bound = own.__get__(loop, type(loop)) if hasattr(own, "__get__") else own
-    return None if time_ == bound else time_
-
-
-def _follow_time(loop: Any, state: LoopState) -> None:
-    """``loop.time`` was replaced on the instance or the replacement removed: the driver and
-    the base heap read the clock ``loop.time`` now is, and the wake-up goes where that clock
-    is kept (a fake clock: the base heap, as on asyncio; the virtual one: the clock)."""
-    heap = state.heap
-    fake = _replaced_time(loop)
-    clock: Clock
-    if fake is not None:
-        clock = _ReplacedTime(fake, heap)
-    elif state.virtual is not None:
-        clock = state.virtual
-    else:
-        clock = heap
-    heap.use_clock(heap.own_clock if clock is heap else clock.time)
-    state.clock = clock
-    assert state.timer is not None
-    state.timer._driver.use_clock(clock)
-
-
-class _ReplacedTime:
-    """A clock read from a ``loop.time`` a test replaced on the instance, its wake-ups on the
-    base heap (as asyncio runs its heap by such a fake)."""
-
-    __slots__ = ("time", "wake_at")
-
-    exact: Final = False  # a real clock's heap: wake-ups at the tick
-
-    def __init__(self, fake: Callable[[], float], heap: _BaseHeap) -> None:
-        self.time: Final = fake
-        self.wake_at: Final = heap.wake_at
-
-
-_ASYNCIO_CALL_AT: Final = asyncio.BaseEventLoop.call_at
 
 # The native core (compiled build), for the loop classes' __setattr__; None in the pure build.
 _native: Any = _store.native
 if _native is not None:
-    _native.watch_time(_time_replaced)
-
-
-class _WakeUp(asyncio.TimerHandle):
-    """The wheel's wake-up on asyncio's heap: one handle for every timer on the wheel.
-
-    Test suites check for lingering timers by reading ``loop._scheduled`` and skipping what
-    ``handle.cancelled()`` says is cancelled (Home Assistant's ``verify_cleanup``, and the
-    plugins that copy it). The wake-up is not a timer anyone set: it answers True there, so it
-    is never reported in place of the user's timers, nor after the last of them is cancelled
-    (it stays on the heap until its time, as a cancelled handle would). asyncio itself reads
-    ``_cancelled``, which is the truth. The wheel's timers are seen with
-    :func:`aiowheel.pending_timers` and ``pytest -p aiowheel.pytest --aiowheel-lingering``.
-    """
-
-    __slots__ = ()
-
-    def cancelled(self) -> bool:
-        """True: not a timer of the program's (see the class docstring)."""
-        return True
-
-    def __repr__(self) -> str:
-        state = "cancelled" if self._cancelled else f"when={self.when()}"
-        return f"<aiowheel wheel wake-up {state} (aiowheel.pending_timers() lists its timers)>"
-
-
-class _BaseHeap:
-    """The base loop's own timer heap, reached without coming back into loop mode.
-
-    Chosen once, when the loop is made: the base class's ``call_at`` / ``call_later`` called
-    as plain functions, not through the instance attributes loop mode puts in front of them.
-    Where one of the base's methods calls the other through ``self`` (asyncio's
-    ``call_later`` calls ``self.call_at``; uvloop's ``call_at`` calls ``self.call_later``), a
-    near deadline may come back through the router once, and being near it goes straight on to
-    the heap; the engine's wake-up, near or far, is handed to the one method that does not go
-    round (:meth:`wake_at`), so it never lands in its own wheel.
-
-    ``near_call_at`` and ``near_call_later`` are the base's bound methods themselves wherever
-    that is right (no Python frame of ours on a near timer's path); the methods below are the
-    ones that need one.
-    """
-
-    __slots__ = (
-        "_base_call_at",
-        "_base_call_later",
-        "_clock",
-        "_loop",
-        "near_call_at",
-        "near_call_later",
-        "own_clock",
-        "reenters_at",
-        "time",
-        "wakes_by_at",
-    )
-
-    exact: Final = False  # a real clock: wake-ups at the tick
-
-    def __init__(self, loop: Any, base: type[asyncio.AbstractEventLoop]) -> None:
-        self._loop = loop
-        self._base_call_at: Callable[..., Any] = base.call_at
-        self._base_call_later: Callable[..., Any] = base.call_later
-        # asyncio's call_later goes through self.call_at: call_at is then the way in.
-        self.reenters_at = base.call_later is asyncio.BaseEventLoop.call_later
-        # The engine's wake-up goes to the one method that does not come back round. asyncio's
-        # call_at calls nothing else, so every subclass of asyncio's loops, including one that
-        # overrides call_later around asyncio's (which calls self.call_at: the router, and
-        # from there the wheel the wake-up is for), is woken through call_at; uvloop's
-        # call_later is its way in (its call_at calls self.call_later).
-        self.wakes_by_at = issubclass(base, asyncio.BaseEventLoop)
-        asyncio_clock = getattr(base, "time", None) is asyncio.BaseEventLoop.time
-        self.own_clock: Final[Callable[[], float]] = time.monotonic if asyncio_clock else loop.time
-        """The loop's own clock (a direct ``time.monotonic`` on asyncio's loops)."""
-        self._clock = self.own_clock
-        self.time: Final[Callable[[], float]] = self.own_clock
-        """The loop's own clock, as a :class:`~aiowheel._clock.Clock` reads it (the base heap
-        is the clock a loop-mode loop's wheel runs by, until its ``time`` is replaced)."""
-        self.near_call_at: Callable[..., Any] = base.call_at.__get__(loop, type(loop))
-        self.near_call_later: Callable[..., Any] = (
-            self._asyncio_call_later
-            if self.reenters_at
-            else base.call_later.__get__(loop, type(loop))
-        )
-
-    def _asyncio_call_later(
-        self, delay: float, callback: object, *args: object, context: object = None
-    ) -> Any:
-        # asyncio's call_later for a delay known to be a number and not NaN, minus its call
-        # through self.call_at back into the router.
-        handle = self._base_call_at(
-            self._loop, self._clock() + delay, callback, *args, context=context
-        )
-        if handle._source_traceback:  # asyncio's call_later drops its own frame too
-            del handle._source_traceback[-1]
-        return handle
-
-    def use_clock(self, clock: Callable[[], float]) -> None:
-        """Turn delays into deadlines by ``clock`` (the loop's ``time`` was replaced)."""
-        self._clock = clock
-
-    def wake_at(self, when: float, callback: Callable[[], None]) -> Any:
-        """The engine's wake-up handle: on the heap, unpadded, whatever its distance (a
-        wheel re-checks every deadline when it runs, so a little early costs a re-file)."""
-        if self._base_call_at is _ASYNCIO_CALL_AT:
-            # asyncio's call_at, as it is, but with a handle that is not a lingering timer to
-            # suites that look for them in loop._scheduled (see _WakeUp).
-            loop = self._loop
-            loop._check_closed()
-            handle = _WakeUp(when, callback, (), loop, None)
-            heapq.heappush(loop._scheduled, handle)
-            handle._scheduled = True  # type: ignore[attr-defined]  # as asyncio's call_at
-            return handle
-        if self.wakes_by_at:
-            return self._base_call_at(self._loop, when, callback)
-        return self._base_call_later(self._loop, when - self._clock(), callback)
-
-    def slow_call_at(
-        self, when: object, callback: object, *args: object, context: object = None
-    ) -> Any:
-        """call_at with an odd argument: the refusals of ours, then the base's own answer."""
-        deadline = _odd_number(when, _named("call_at", callback))
-        if deadline is not None:
-            return self._loop.call_at(deadline, callback, *args, context=context)
-        return self._base_call_at(self._loop, when, callback, *args, context=context)
-
-    def slow_call_later(
-        self, delay: object, callback: object, *args: object, context: object = None
-    ) -> Any:
-        """call_later with an odd argument: the refusals of ours (as for call_at), then the
-        base's own answer."""
-        seconds = _odd_number(delay, _named("call_later", callback))
-        if seconds is not None:
-            return self._loop.call_later(seconds, callback, *args, context=context)
-        if self.reenters_at:  # asyncio's, without its trip through self.call_at
-            assert isinstance(delay, float)  # every other number is handled above
-            return self._asyncio_call_later(delay, callback, *args, context=context)
-        return self._base_call_later(self._loop, delay, callback, *args, context=context)
-
-
-# The callbacks by which a loop's call_at / call_later can tell what the user called: an
-# asyncio.Timeout's (asyncio.timeout(), timeout_at(), wait_for() on 3.12+, reschedule()),
-# asyncio.sleep's and asyncio.wait's. Read on the slow path only, to name a refused deadline.
-_ASYNCIO_TIMEOUT: Final[type | None] = getattr(asyncio, "Timeout", None)
-_ASYNCIO_SLEEP_CALLBACK: Final = getattr(asyncio.futures, "_set_result_unless_cancelled", None)
-# asyncio.wait(timeout=) files loop.call_later(timeout, _release_waiter, waiter); so does
-# asyncio.wait_for on 3.11 (3.12's goes through asyncio.timeout).
-_ASYNCIO_WAIT_CALLBACK: Final = getattr(asyncio.tasks, "_release_waiter", None)
-_TIMEOUT_NAMES: Final = (
-    "asyncio.timeout() / timeout_at() / Timeout.reschedule(): deadline"
-    if sys.version_info < (3, 12)
-    else "asyncio.timeout() / timeout_at() / wait_for() / Timeout.reschedule(): deadline"
-)
-_WAIT_NAMES: Final = (
-    "asyncio.wait_for() / asyncio.wait(): timeout"
-    if sys.version_info < (3, 12)
-    else "asyncio.wait(): timeout"
-)
-
-
-def _named(method: str, callback: object) -> str:
-    """What a refused deadline or delay of ``loop.<method>`` is called in its message: by the
-    asyncio function that filed it where the callback says so, else the method's argument.
-
-    asyncio's timeouts file their deadline with ``loop.call_at(when, self._on_timeout)``
-    (``Timeout.reschedule``): a NaN given to ``asyncio.timeout()`` reaches the loop as a NaN
-    deadline, so the message names the timeout, not ``call_at()``, which the user never called.
-    """
-    owner = getattr(callback, "__self__", None)
-    if _ASYNCIO_TIMEOUT is not None and isinstance(owner, _ASYNCIO_TIMEOUT):
-        return _TIMEOUT_NAMES
-    if method == "call_later" and callback is not None:
-        if callback is _ASYNCIO_SLEEP_CALLBACK:
-            return "asyncio.sleep(): delay"
-        if callback is _ASYNCIO_WAIT_CALLBACK:
-            return _WAIT_NAMES
-    return "call_at(): deadline" if method == "call_at" else "call_later(): delay"
-
-
-def _odd_number(value: object, what: str) -> float | None:
-    """The slow path's reading of a deadline or delay the router did not take (``what`` names
-    it: ``"call_at(): deadline"``): ValueError for NaN; TypeError for what is not a real
-    number, None included (the base would file such a deadline and fail later, or fail on its
-    own arithmetic: "unsupported operand type(s) for +: 'float' and 'str'", or say so without
-    naming the function: asyncio's "when cannot be None"); for a real number that is not a
-    float (numpy scalars, Fraction, Decimal, huge ints), the float the wheel files (on the
-    base's real-time heap a virtual clock would never reach it); None for a float, which goes
-    to the base as it is (the router found its callback or engine odd: the base answers, as
-    it would without loop mode)."""
-    if isinstance(value, float):
-        if value != value:
-            raise ValueError(f"{what} must not be NaN")
-        return None
-    if not isinstance(value, numbers.Real | Decimal):
-        raise TypeError(f"{what} must be a real number of seconds, got {type(value).__name__}")
-    return _no_earlier_float(value, what)
-
-
-def _no_earlier_float(value: Any, what: str) -> float:
-    """``value`` (a real number that is not a float) as the float loop mode files: the nearest
-    one not below it, so that rounding never makes a timer early; ValueError for NaN, and the
-    infinity of its sign past the float range."""
-    try:
-        result = float(value)
-    except OverflowError:  # an int beyond 1e308
-        result = inf if value > 0 else -inf
-    except ValueError:  # Decimal('sNaN')
-        result = nan
-    if result != result:
-        raise ValueError(f"{what} must not be NaN")
-    if result < value:  # exact comparisons: Fraction, Decimal and int against a float
-        result = math.nextafter(result, inf)
-    return result
+    _native.watch_time(time_replaced)
 
 
 def _near_pad(base: type[asyncio.AbstractEventLoop]) -> float:
@@ -674,7 +356,7 @@ class _VirtualMode:
 
     def time(self) -> float:
         """The loop's virtual time (:attr:`aiowheel.testing.VirtualClock.now`)."""
-        state = _state(self)
+        state = state_of(self)
         clock = None if state is None else state.virtual
         if clock is None:  # the base loop's __init__ asking, before the clock is installed
             settings = type(self)._aiowheel_config.clock  # type: ignore[attr-defined]
@@ -865,18 +547,9 @@ def run(
     >>> aiowheel.run(main())                    # asyncio's default loop, timers on a wheel
     >>> aiowheel.run(main(), base=uvloop.Loop)  # the same on uvloop
     """
-    try:
-        if asyncio._get_running_loop() is not None:
-            raise RuntimeError("aiowheel.run() cannot be called from a running event loop")
-        _validate.coroutine(main, "run()")
-        _validate.debug(debug, "run()")
-        factory = _loop_factory("run()", base, tick, threshold, max_batch)
-    except BaseException:
-        if asyncio.iscoroutine(main):
-            main.close()  # refused: it will never run, so no "never awaited" warning either
-        raise
-    with asyncio.Runner(debug=debug, loop_factory=factory) as runner:
-        return runner.run(main)
+    return run_refusing(
+        "run()", main, debug, lambda: _loop_factory("run()", base, tick, threshold, max_batch)
+    )
 
 
 def timer_of(loop: asyncio.AbstractEventLoop | None = None) -> Timer | None:
@@ -887,7 +560,8 @@ def timer_of(loop: asyncio.AbstractEventLoop | None = None) -> Timer | None:
     """
     if not isinstance(loop, _LoopMode):
         loop = _census.loop_of(loop, "timer_of()")
-    return _timer_of_state(loop) if isinstance(loop, _LoopMode) else None
+    state = driven(loop) if isinstance(loop, _LoopMode) else None
+    return None if state is None else state.timer
 
 
 def config_of(loop: asyncio.AbstractEventLoop | None = None) -> LoopConfig | None:

@@ -43,11 +43,12 @@ import contextvars
 from collections.abc import Callable
 from typing import Final
 
+from ._baseheap import BaseHeap
 from ._binding import Binding
 from ._driver import Driver
 from ._threads import FOREIGN_THREAD, FREE_THREADED, get_ident
 
-__all__ = ["LoopCalls"]
+__all__ = ["LoopCalls", "calls_for"]
 
 # A C static in the compiled build: a builtin named in a function is a dict lookup per call.
 _callable: Final = callable
@@ -59,18 +60,18 @@ _EXACT_INT: Final = 1 << 53
 class LoopCalls:
     """The ``call_at`` / ``call_later`` of one loop-mode loop (see the module docstring).
 
-    ``near_call_*`` take a valid near deadline straight to the loop's heap; ``slow_call_*``
-    take every other call the wheel does not. ``debug_checks(callback, method)`` makes the
-    base loop's debug-mode checks.
+    The heap's ``near_call_*`` take a valid near deadline straight to the loop's heap; its
+    ``slow_call_*`` take every other call the wheel does not (:mod:`aiowheel._baseheap`).
+    ``debug_checks(callback, method)`` makes the base loop's debug-mode checks.
     """
 
     __slots__ = (
+        "_binding",
         "_debug_checks",
         "_driver",
         "_near_call_at",
         "_near_call_later",
         "_near_pad",
-        "_site",
         "_slow_call_at",
         "_slow_call_later",
         "_threshold",
@@ -79,29 +80,26 @@ class LoopCalls:
     def __init__(
         self,
         driver: Driver,
-        site: Binding,
+        binding: Binding,
         threshold: float,
         near_pad: float,
-        slow_call_at: Callable[..., object],
-        slow_call_later: Callable[..., object],
-        near_call_at: Callable[..., object],
-        near_call_later: Callable[..., object],
+        heap: BaseHeap,
         debug_checks: Callable[[object, str], None],
     ) -> None:
         """Route calls to ``driver`` (already driving its loop: ``Driver.drive_loop``), whose
-        binding is ``site`` (its loop's thread, whether it is closed)."""
+        binding is ``binding`` (its loop's thread, whether it is closed), or to ``heap``."""
         self._driver: Final = driver
-        self._site: Final = site
+        self._binding: Final = binding
         # Deadlines nearer than this go to the loop's own heap (the config's threshold).
         self._threshold: Final = threshold
         # Added to a near deadline handed to the loop's heap, for a base loop that would run it
         # early by its own clock (uvloop: whole milliseconds, rounded to the nearest). 0.0 for
         # the loops that never do; then the deadline goes on unchanged (int or float).
         self._near_pad: Final = near_pad
-        self._slow_call_at: Final = slow_call_at
-        self._slow_call_later: Final = slow_call_later
-        self._near_call_at: Final = near_call_at
-        self._near_call_later: Final = near_call_later
+        self._slow_call_at: Final = heap.slow_call_at
+        self._slow_call_later: Final = heap.slow_call_later
+        self._near_call_at: Final = heap.near_call_at
+        self._near_call_later: Final = heap.near_call_later
         self._debug_checks: Final = debug_checks
 
     def call_at(
@@ -113,7 +111,7 @@ class LoopCalls:
     ) -> object:
         """``loop.call_at`` of a loop-mode loop: the wheel for a float (or int) deadline at
         least ``threshold`` ahead and a callable; the slow path (the loop's own heap) otherwise."""
-        if FREE_THREADED and get_ident() != self._site.thread.ident:
+        if FREE_THREADED and get_ident() != self._binding.thread.ident:
             return self._from_another_thread(True, when, callback, args, context)
         if isinstance(when, float):
             deadline = when
@@ -124,7 +122,7 @@ class LoopCalls:
         driver = self._driver
         ahead = deadline - driver._now()
         if ahead >= self._threshold:
-            if _callable(callback) and not self._site.closed:
+            if _callable(callback) and not self._binding.closed:
                 if driver.debug:
                     self._debug_checks(callback, "call_at")
                 return driver.call(deadline, callback, args, context, "call_at()", False)
@@ -148,7 +146,7 @@ class LoopCalls:
         context: contextvars.Context | None = None,
     ) -> object:
         """``loop.call_later`` of a loop-mode loop (see :meth:`call_at`)."""
-        if FREE_THREADED and get_ident() != self._site.thread.ident:
+        if FREE_THREADED and get_ident() != self._binding.thread.ident:
             return self._from_another_thread(False, delay, callback, args, context)
         if isinstance(delay, float):
             seconds_ahead = delay
@@ -158,7 +156,7 @@ class LoopCalls:
             return self._slow_call_later(delay, callback, *args, context=context)
         if seconds_ahead >= self._threshold:
             driver = self._driver
-            if _callable(callback) and not self._site.closed:
+            if _callable(callback) and not self._binding.closed:
                 if driver.debug:
                     self._debug_checks(callback, "call_later")
                 return driver.call(seconds_ahead, callback, args, context, "call_later()", True)
@@ -177,7 +175,7 @@ class LoopCalls:
     def _joins_wheel(self, when: float) -> bool:
         """Whether a near deadline still ahead goes to the wheel (see the module docstring):
         a wheel timer may run by its tick, and the loop is open."""
-        return not self._site.closed and self._driver.due_by(when)
+        return not self._binding.closed and self._driver.due_by(when)
 
     def _take(self, method: str, callback: object) -> None:
         """The wheel takes a near timer of ``callback``: debug mode's checks of ``method``, as
@@ -195,22 +193,22 @@ class LoopCalls:
     ) -> object:
         """A call from a thread that is not the loop's, on a free-threaded build: this thread
         takes the loop over (it is not running) or refuses with RuntimeError, and the call is
-        routed as the loop's own, all under the engine's take-over lock, so that the loop
+        routed as the loop's own, all under the binding's take-over lock, so that the loop
         cannot start or close in another thread meanwhile. Near calls too: the base's heap is
         no more thread-safe than the wheel (uvloop's crashed, from a foreign ``call_later``)."""
-        site = self._site
-        site.refuse_early(FOREIGN_THREAD)
-        with site.thread.lock:
-            previous = site.thread.ident
-            site.claim(FOREIGN_THREAD)
-            if get_ident() != site.thread.ident:  # closed, or not bound: the base answers
+        binding = self._binding
+        binding.refuse_early(FOREIGN_THREAD)
+        with binding.thread.lock:
+            previous = binding.thread.ident
+            binding.claim(FOREIGN_THREAD)
+            if get_ident() != binding.thread.ident:  # closed, or not bound: the base answers
                 slow = self._slow_call_at if at else self._slow_call_later
                 return slow(time, callback, *args, context=context)
             route = self.call_at if at else self.call_later
             try:
                 return route(time, callback, *args, context=context)
             finally:
-                site.give_back(previous)  # for this call only (Binding.give_back)
+                binding.give_back(previous)  # for this call only (Binding.give_back)
 
 
 def _hand_over(
@@ -227,3 +225,27 @@ def _hand_over(
             return method(time, callback)
         return method(time, callback, *args)
     return method(time, callback, *args, context=context)
+
+
+def calls_for(
+    driver: Driver,
+    binding: Binding,
+    threshold: float,
+    near_pad: float,
+    heap: BaseHeap,
+    debug_checks: Callable[[object, str], None],
+) -> tuple[Callable[..., object], Callable[..., object]]:
+    """The ``call_at`` / ``call_later`` loop mode sets on a loop, as instance attributes (found
+    before the class's methods by every caller: :mod:`aiowheel._loop`): in the compiled build
+    the native core's (aiowheel/_core.c), which routes as :class:`LoopCalls` does and hands it
+    every call that is not for the wheel or the loop's heap; a LoopCalls's own otherwise."""
+    calls = LoopCalls(driver, binding, threshold, near_pad, heap, debug_checks)
+    front: tuple[Callable[..., object], Callable[..., object]] | None = driver.front(
+        threshold,
+        near_pad,
+        heap.near_call_at,
+        None if heap.reenters_at else heap.near_call_later,  # asyncio's: done in the core
+        calls.call_at,
+        calls.call_later,
+    )
+    return front or (calls.call_at, calls.call_later)

@@ -122,9 +122,10 @@ class Heap(_HeapBase):  # type: ignore[misc]
         heap: list[asyncio.TimerHandle] = list(list.__iter__(self))
         seen = [handle for handle in heap if not is_wake_up(handle)]
         loop: Any = self._loop()
-        timer = getattr(getattr(loop, STATE_ATTRIBUTE, None), "timer", None)
-        if timer is not None and not loop.is_closed():
-            seen += View(timer._driver).handles()
+        # The loop's state (aiowheel._loopstate, above this room): its driver, once it drives.
+        state = getattr(loop, STATE_ATTRIBUTE, None)
+        if state is not None and state.driving and not loop.is_closed():
+            seen += View(state.driver).handles()
         seen.sort(key=_when)
         return seen
 

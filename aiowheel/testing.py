@@ -44,10 +44,11 @@ from typing import Any, Final, TypeVar
 
 from . import _dispatch, _validate
 from ._census import loop_of
-from ._clock import STATE_ATTRIBUTE
 from ._fuzz import DEFAULT_JITTER_TICKS, DEFAULT_STALL, Fuzz
 from ._loop import LoopConfig, LoopFactory
 from ._loop import virtual_loop_factory as _virtual_loop_factory
+from ._loopstate import state_of
+from ._runner import run_refusing
 from ._virtual import VirtualClock, VirtualTime
 
 __all__ = [
@@ -209,7 +210,7 @@ def clock_of(loop: asyncio.AbstractEventLoop | None = None) -> VirtualClock | No
     """
     if loop is None or not isinstance(loop, asyncio.AbstractEventLoop):
         loop = loop_of(loop, "clock_of()")  # the running loop, or a clear error
-    state = getattr(loop, STATE_ATTRIBUTE, None)
+    state = state_of(loop)
     clock: VirtualClock | None = None if state is None else state.virtual
     return clock if isinstance(clock, VirtualClock) else None
 
@@ -254,12 +255,11 @@ def run(
     >>> aiowheel.testing.run(main(), seed=7)         # timers late, as seed 7 says
     >>> aiowheel.testing.run(main(), max_batch=64)   # at most 64 due callbacks an iteration
     """
-    try:
-        if asyncio._get_running_loop() is not None:
-            raise RuntimeError("aiowheel.testing.run() cannot be called from a running event loop")
-        _validate.coroutine(main, "testing.run()")
-        _validate.debug(debug, "testing.run()")
-        factory = _factory(
+    return run_refusing(
+        "testing.run()",
+        main,
+        debug,
+        lambda: _factory(
             "testing.run()",
             base,
             autojump,
@@ -270,13 +270,8 @@ def run(
             stall_rate,
             stall,
             max_batch,
-        )
-    except BaseException:
-        if asyncio.iscoroutine(main):
-            main.close()  # refused: it will never run, so no "never awaited" warning either
-        raise
-    with asyncio.Runner(debug=debug, loop_factory=factory) as runner:
-        return runner.run(main)
+        ),
+    )
 
 
 def seeds() -> Any:

@@ -52,7 +52,7 @@ def wake_up_state(loop: Any) -> dict[str, Any]:
         state = loop._aiowheel
         timer = state.timer
         record["pending"] = len(timer) if timer is not None else None
-        driver = timer._driver
+        driver = state.driver
         reaper = driver._reaper
         record["passes"] = driver._wakeups
         record["armed"] = reaper.armed
@@ -212,7 +212,7 @@ def test_a_foreign_take_over_lasts_one_call(base: Base) -> None:
     take-over lock that ``run_forever`` takes too."""
     loop = aiowheel.new_event_loop(base)
     try:
-        thread = loop._aiowheel.timer._binding.thread
+        thread = loop._aiowheel.binding.thread
         before = thread.ident
         answers: list[Any] = []
 

@@ -421,7 +421,7 @@ core_route(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
 /* -- loop_setattr: a loop-mode class's __setattr__ -------------------------------------------
  *
  * A loop-mode loop watches one attribute name: ``time`` replaced on the instance (a test's
- * fake clock) moves the driver and the base heap onto it (aiowheel._loop's _follow_time). As a
+ * fake clock) moves the driver and the base heap onto it (aiowheel._loopstate's _follow_time). As a
  * Python __setattr__ that was a frame and a super() lookup on every attribute the base loop
  * sets, and asyncio sets one on every cancel of a handle on its heap (_timer_cancelled_count),
  * which made loop mode's near timers slower than asyncio's own. This is the same method in C: a
@@ -430,7 +430,7 @@ core_route(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
  * ``_scheduled`` only. Used where the base loop's own
  * __setattr__ is object's (asyncio, uvloop, rloop and zuvloop's). */
 
-/* aiowheel._loop._time_replaced, set by watch_time() at aiowheel._loop's import. A process-wide
+/* aiowheel._loopstate.time_replaced, set by watch_time() at aiowheel._loop's import. A process-wide
  * global, not module state: the descriptor is called as a class's __setattr__ with the
  * instance, the name and the value, and none of the three leads to this module without a
  * lookup on every attribute a loop sets. Written once at import, read after. */
