@@ -53,12 +53,12 @@ __all__ = [
     "zuvloop",
 ]
 
-#: The base loops by name, each with the pip extra that installs it (None: none needed), in
-#: the order of their records (:mod:`aiowheel._bases`, where each base's facts are). The loops
-#: of 2026 (veloxloop and bracio on Rust, zloop on Zig) come with the ``bench`` extra: each
-#: passed CPython's timer tests under loop mode as on its own (tests/conformance). rsloop is not
-#: here: its loop class does not derive from asyncio.AbstractEventLoop, which loop mode asks of
-#: a base.
+#: The base loops by name, each with the pip extra that installs it (None where none is
+#: needed), in the order of their records (:mod:`aiowheel._bases`, where each base's facts
+#: are). The loops of 2026 (veloxloop and bracio on Rust, zloop on Zig) come with the ``bench``
+#: extra: each passed CPython's timer tests under loop mode as on its own (tests/conformance).
+#: rsloop is not here: its loop class does not derive from asyncio.AbstractEventLoop, which
+#: loop mode asks of a base.
 BASES: Final = {record.name: record.extra for record in _bases.RECORDS}
 
 _classes: dict[str, type[asyncio.AbstractEventLoop]] = {}
