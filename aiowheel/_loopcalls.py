@@ -240,7 +240,7 @@ def calls_for(
     the native core's (aiowheel/_core.c), which routes as :class:`LoopCalls` does and hands it
     every call that is not for the wheel or the loop's heap; a LoopCalls's own otherwise."""
     calls = LoopCalls(driver, binding, threshold, near_pad, heap, debug_checks)
-    front: tuple[Callable[..., object], Callable[..., object]] | None = driver.front(
+    native: tuple[Callable[..., object], Callable[..., object]] | None = driver.native_calls(
         threshold,
         near_pad,
         heap.near_call_at,
@@ -248,4 +248,4 @@ def calls_for(
         calls.call_at,
         calls.call_later,
     )
-    return front or (calls.call_at, calls.call_later)
+    return native or (calls.call_at, calls.call_later)

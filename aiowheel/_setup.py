@@ -133,12 +133,12 @@ class Setup(Owner):
         if not self._reaper.running:  # else the pass under way re-arms when it ends
             self._reaper.arm()
 
-    def front(self, threshold: float, near_pad: float, *calls: Any) -> Any:
+    def native_calls(self, threshold: float, near_pad: float, *calls: Any) -> Any:
         """Loop mode's ``call_at`` / ``call_later`` in native code, or None (see
-        :meth:`aiowheel._store.Store.front`)."""
-        front = self._store.front(threshold, near_pad, *calls)
+        :meth:`aiowheel._store.Store.native_calls`)."""
+        native = self._store.native_calls(threshold, near_pad, *calls)
         self._sync()
-        return front
+        return native
 
     def _sync(self) -> None:
         """Tell the store what decides the core's fast lane (loop mode's calls file there

@@ -203,7 +203,7 @@ class Store:
     def set_clock(self, clock: Callable[[], float], epoch: float) -> None:
         """The driver reads a new clock; its grid starts at ``epoch``."""
 
-    def front(
+    def native_calls(
         self,
         threshold: float,
         near_pad: float,
@@ -337,7 +337,7 @@ class NativeStore(Store):
         self._core.set_clock(_native_clock(clock))
         self._core.rebase(epoch)
 
-    def front(
+    def native_calls(
         self,
         threshold: float,
         near_pad: float,
