@@ -11,9 +11,9 @@ default loop, or ``uvloop.Loop``); the rest of the loop is the base's, untouched
 is a plain Python class (mypyc cannot subclass a class chosen at run time) and carries the
 loop's :class:`~aiowheel.Timer`. ``call_at`` and ``call_later`` are bound as *instance*
 attributes to the compiled methods of a :class:`~aiowheel._loopcalls.LoopCalls` in front of
-the Timer's driver: an overriding method written in Python would add a Python frame (~0.1 us,
-a sixth of a timer's whole cost) to every call, while an instance attribute is found first
-by every caller, the base loop's own code included (asyncio's ``call_later`` calls
+the Timer's driver: an overriding method written in Python would add a Python frame (a large
+share of a timer's whole cost: docs/performance.md) to every call, while an instance attribute
+is found first by every caller, the base loop's own code included (asyncio's ``call_later`` calls
 ``self.call_at``; uvloop's ``call_at`` calls ``self.call_later``).
 
 Placement (Linux's split: hrtimers for precise timers, the wheel for timeouts). A float deadline

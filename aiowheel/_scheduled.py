@@ -24,8 +24,8 @@ Designs weighed:
 
 - **a property (or any data descriptor) on the loop class** returning the heap to the base and
   a snapshot to others: asyncio's ``_run_once`` reads ``self._scheduled`` six times per
-  iteration, each then a call with a frame check (measured 4.3 us on 3.11 and 10.4 us on 3.13
-  per empty iteration in Python, against asyncio's 1.8 us);
+  iteration, each then a call with a frame check: an empty iteration measured two to six
+  times asyncio's own (the figures are on the performance page, docs/performance.md);
 - **the heap moved and ``_run_once`` owned**: a copy of a private function that differs
   between 3.11 and 3.15, to keep in step with each;
 - **this list subclass**: the base's reads stay plain attribute loads from the instance dict

@@ -52,7 +52,7 @@ the bucket is either due (``tick <= now``: handed back) or re-filed relative to 
 ``elapsed``, which puts it in a finer level (or a later slot); if that bucket is due too it is
 popped in the same call. Re-filing into level 0, by far the common case, is inlined: a busy
 wheel's coarse bucket holds thousands of entries, and that loop is the pause the event loop
-sees when the bucket comes due (about 0.3 us per entry).
+sees when the bucket comes due.
 
 Nothing can fire early, because an entry is handed back only when its own ``tick <= now``,
 whatever bucket it was found in; nothing is lost, because every bucket's expiration is ``<=``

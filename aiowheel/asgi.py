@@ -18,8 +18,9 @@ whole design, and the reason for this module:
 
 What a deadline costs a request that meets it (most of them) is the point of the rest. A
 timeout per request (``async with timer.timeout_at(...)``: an object, an enter and an exit, a
-wheel entry filed and unlinked) was 1.5 us of the 2.8 us the middleware added to a request in
-process (the performance page, request deadlines). Two facts make most of it unnecessary:
+wheel entry filed and unlinked) was over half of what the middleware added to a request in
+process (the figures are on the performance page, docs/performance.md, request deadlines).
+Two facts make most of it unnecessary:
 
 - *A deadline can only act where the task waits.* Cancelling a task takes effect at its next
   suspension, and a wheel timer fires from a loop callback, which cannot run while the task's
