@@ -55,16 +55,11 @@ from math import ceil
 from typing import Any, Final
 
 from . import _debug, _dispatch
-from ._binding import Binding
-from ._dispatch import Dispatch
 from ._entry import Timed
 from ._errors import PendingLimitError
-from ._grid import SHRINK, Grid
+from ._grid import SHRINK
 from ._handles import EMPTY_CONTEXT, Call, Handle, TimerHandle
-from ._observe import LagHistogram
-from ._reaper import Reaper
 from ._setup import NO_LIMIT, Setup
-from ._store import store_for
 from ._threads import FOREIGN_CANCEL, FREE_THREADED, get_ident
 
 __all__ = ["NO_LIMIT", "Driver"]
@@ -78,34 +73,6 @@ class Driver(Setup):
     and its set-up on binding: :class:`aiowheel._setup.Setup`)."""
 
     __slots__ = ()
-
-    def __init__(self, tick: float, slots: int, limit: int, max_batch: int) -> None:
-        """An unbound driver; arguments checked by :class:`aiowheel.Timer`."""
-        self._store = store_for(slots)
-        self._tick = tick
-        self._grid = Grid(tick)
-        self._limit = limit
-        self._due = Dispatch(max_batch, self._store.run)
-        # The loop check, the binding and the thread (aiowheel._binding): asked directly.
-        self.binding = Binding(self, self._bind, self._sync)
-        self._loop_thread = self.binding.thread
-        self._debug = False
-        self._read = time.monotonic
-        self._fired = 0
-        self._cancelled_on_close = 0
-        self._wakeups = 0
-        self._max_lateness = 0.0
-        self.lag = LagHistogram(0.0)
-        self._origins = None
-        # The one wake-up and what it wakes (aiowheel._reaper): filings read its `armed`.
-        self._reaper = Reaper(
-            self._store,
-            self._grid,
-            self._advance,
-            self._dispatch_ready,
-            self._is_closed,
-            self.shutdown,
-        )
 
     # -- the read side (aiowheel._view reads these; nothing else) ---------------------------------
 
@@ -320,9 +287,6 @@ class Driver(Setup):
         """File the one wake-up at the store's earliest bucket expiration (also the native
         core's call when it queues a bucket earlier than the armed wake-up)."""
         self._reaper.arm()
-
-    def _is_closed(self) -> bool:
-        return self.binding.closed
 
     # -- dispatch ---------------------------------------------------------------------------------
 

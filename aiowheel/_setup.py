@@ -7,7 +7,7 @@ under it, something must take the loop (the binding), start the tick grid on the
 attach the store's native core, follow debug mode, and tell the core's fast lane what it may
 do. That set-up is a job of its own, written once here; the driver subclasses :class:`Setup`
 (mypyc: a native base class, so the driver's hot paths read the same attributes at the same
-offsets, and nothing here runs per timer). The driver's ``__init__`` makes the state, the
+offsets, and nothing here runs per timer). ``Setup.__init__`` makes the whole state, the
 reaper last, since it is handed the driver's own pass.
 
 What decides the fast lane (:meth:`Setup._sync`): loop mode's calls go straight to the native
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any, Final
@@ -31,10 +32,10 @@ from ._debug import Origins
 from ._dispatch import Dispatch
 from ._entry import Owner, Timed
 from ._grid import Grid
+from ._handles import Handle
 from ._observe import LagHistogram
 from ._reaper import Reaper
-from ._store import Store
-from ._threads import LoopThread
+from ._store import store_for
 
 __all__ = ["NO_LIMIT", "Setup", "tracked_loops"]
 
@@ -64,27 +65,59 @@ class Setup(Owner):
         "lag",
     )
 
-    # Made by Driver.__init__; the reaper last (it is handed the driver's pass).
-    _store: Store
-    _tick: float
-    _grid: Grid
-    _limit: int
-    _due: Dispatch
-    binding: Binding
-    _loop_thread: LoopThread
-    _debug: bool
-    _reaper: Reaper
-    _read: Callable[[], float]
-    _fired: int
-    _cancelled_on_close: int
-    _wakeups: int
-    _max_lateness: float
-    lag: LagHistogram
-    _origins: Origins | None  # where each pending timer was filed from, while noted
+    def __init__(self, tick: float, slots: int, limit: int, max_batch: int) -> None:
+        """An unbound driver's state; arguments checked by :class:`aiowheel.Timer`. Every
+        attribute is made here, in the class that declares it (mypyc then reads each without
+        a check that it is set), the reaper last: it is handed the driver's pass."""
+        self._store: Final = store_for(slots)
+        self._tick: Final = tick
+        self._grid: Final = Grid(tick)
+        self._limit: Final = limit
+        self._due: Final = Dispatch(max_batch, self._store.run)
+        # The loop check, the binding and the thread (aiowheel._binding): asked directly.
+        self.binding: Final = Binding(self, self._bind, self._sync)
+        self._loop_thread: Final = self.binding.thread
+        self._debug = False
+        self._read: Callable[[], float] = time.monotonic
+        self._fired = 0
+        self._cancelled_on_close = 0
+        self._wakeups = 0
+        self._max_lateness = 0.0
+        self.lag: Final = LagHistogram(0.0)
+        # Where each pending timer was filed from, while origin tracking is on; else None.
+        self._origins: Origins | None = None
+        # The one wake-up and what it wakes (aiowheel._reaper): filings read its `armed`.
+        self._reaper: Final = Reaper(
+            self._store,
+            self._grid,
+            self._advance,
+            self._dispatch_ready,
+            self._is_closed,
+            self.shutdown,
+        )
+
+    # -- what the driver does, handed to the reaper and the core (aiowheel._driver) --------------
+
+    def _advance(self) -> None:
+        """The pass: fire what is due (the driver's)."""
+        raise NotImplementedError
+
+    def _dispatch_ready(self, inline: bool) -> None:
+        """Hand the pass's due callbacks to the loop (the driver's)."""
+        raise NotImplementedError
+
+    def shutdown(self, exc: BaseException | None, cause: str | None) -> list[Handle]:
+        """Close (the driver's)."""
+        raise NotImplementedError
 
     def _claim_for_cancel(self) -> None:
         """The native core's thread check of a cancel() from another thread (the driver's)."""
         raise NotImplementedError
+
+    def _is_closed(self) -> bool:
+        return self.binding.closed
+
+    # -- binding and what the driver runs by ----------------------------------------------------
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Bound lazily, at first use, to the running ``loop``, with a reaper task."""
@@ -136,9 +169,9 @@ class Setup(Owner):
     def native_calls(self, threshold: float, near_pad: float, *calls: Any) -> Any:
         """Loop mode's ``call_at`` / ``call_later`` in native code, or None (see
         :meth:`aiowheel._store.Store.native_calls`)."""
-        native = self._store.native_calls(threshold, near_pad, *calls)
+        routed = self._store.native_calls(threshold, near_pad, *calls)
         self._sync()
-        return native
+        return routed
 
     def _sync(self) -> None:
         """Tell the store what decides the core's fast lane (loop mode's calls file there

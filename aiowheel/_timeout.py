@@ -25,13 +25,14 @@ from collections.abc import Awaitable
 from types import TracebackType
 from typing import Final, TypeVar, final
 
+from . import _validate
 from ._awaiting import DONE as _DONE
 from ._entry import Owner, Timed
 from ._errors import chained
 from ._tasks import current_task
 from ._validate import Seconds, seconds
 
-__all__ = ["Timeout"]
+__all__ = ["Timeout", "timeout_after"]
 
 _T = TypeVar("_T")
 
@@ -221,6 +222,12 @@ class Timeout(Timed):
         task = self._task
         if self._state is _ENTERED and task is not None:
             task.cancel()
+
+
+def timeout_after(delay: float, owner: Owner) -> Timeout:
+    """A :class:`Timeout` ``delay`` seconds from now by ``owner``'s clock (the loop checked by
+    the caller); ValueError, naming ``timeout()``, if the deadline is NaN."""
+    return Timeout(_validate.not_nan(owner._now() + delay, "timeout(): delay"), owner)
 
 
 def _insert_timeout_error(exc_val: BaseException) -> None:

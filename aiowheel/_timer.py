@@ -27,7 +27,7 @@ from ._driver import NO_LIMIT, Driver
 from ._errors import PendingLimitError, TimerClosedError
 from ._handles import Handle, Scheduled
 from ._periodic import Interval, PeriodicHandle, Schedule, Watchdog
-from ._timeout import Timeout
+from ._timeout import Timeout, timeout_after
 from ._validate import Count, Name, Seconds, seconds
 
 __all__ = ["PendingLimitError", "Timer", "TimerClosedError", "TimerStats"]
@@ -323,7 +323,7 @@ class Timer:
             return Timeout(None, driver)
         if not isinstance(delay, float):
             delay = seconds("timeout(): delay", delay)
-        return Timeout(_validate.not_nan(driver.now() + delay, "timeout(): delay"), driver)
+        return timeout_after(delay, driver)
 
     def timeout_at(self, when: Seconds | None) -> Timeout:
         """An ``asyncio.timeout_at(when)`` drop-in on this timer (None: no deadline)."""

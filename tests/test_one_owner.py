@@ -165,8 +165,9 @@ def test_one_store_seam_the_driver_never_asks_whether_there_is_a_core() -> None:
     # is _awaiting, below the store, and it takes DONE alone: a stateless awaitable that needs
     # no set-up (Timeout.__aexit__'s return, which must not allocate).
     assert loaders == {"_store": {"_core"}, "_awaiting": {"DONE"}}
+    assert not {"native", "_core", "Core", "NativeStore"} & _names(MODULES["_setup"])
     makers = [name for name, path in MODULES.items() if "store_for" in _names(path)]
-    assert makers == ["_driver"]  # one store per driver, made by the driver
+    assert makers == ["_setup"]  # one store per driver, made with the driver's state
 
 
 def _core_names(path: Path) -> set[str]:
