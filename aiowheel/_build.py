@@ -52,6 +52,9 @@ COMPILED_MODULES = (
     "_timer",
     "_timeout",
     "_periodic",
+    "_watchers",
+    "_delayed",
+    "_wait",
     "_purgatory",
 )
 
