@@ -80,7 +80,6 @@ channel re-checks its own waits of ``key`` when the message arrives. The choices
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import contextvars
 import logging
@@ -93,6 +92,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from ._purgatory import Purgatory
+from ._redis_link import _cancel_elsewhere, _Link
 from ._signals import Signals
 from ._wire import _decode, _item, _messages
 
@@ -147,45 +147,6 @@ class RedisSignalsStats:
 
 # The counters kept as they happen: every field of RedisSignalsStats but ``connected``.
 _COUNTERS: Final = tuple(field.name for field in fields(RedisSignalsStats))[:-1]
-
-
-class _Link:
-    """What one loop runs for a RedisSignals: its batch, its publish queue, its tasks."""
-
-    __slots__ = (
-        "batch",
-        "connected",
-        "drained",
-        "failing",
-        "flushing",
-        "loop",
-        "lost",
-        "outbox",
-        "pending",
-        "publisher",
-        "subscribed",
-        "subscriber",
-        "wake",
-    )
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.batch: list[list[Any]] = []
-        self.flushing = False
-        self.outbox: collections.deque[tuple[bytes, int]] = collections.deque()
-        self.pending = 0
-        self.wake = asyncio.Event()
-        self.drained = asyncio.Event()
-        self.drained.set()
-        self.publisher: asyncio.Task[None] | None = None
-        self.subscriber: asyncio.Task[None] | None = None
-        self.connected = False
-        self.subscribed = asyncio.Event()  # set while connected
-        self.failing = False  # the publisher cannot publish now
-        self.lost = False  # the subscriber lost its connection and has not subscribed again
-
-    def tasks(self) -> list[asyncio.Task[None]]:
-        return [task for task in (self.publisher, self.subscriber) if task is not None]
 
 
 class RedisSignals(Signals):
@@ -415,13 +376,7 @@ class RedisSignals(Signals):
         items, link.batch = link.batch, []
         if not items or self._closed:
             return
-        for message, count in _messages(self._sender(), items):
-            link.outbox.append((message, count))
-            link.pending += count
-        while link.pending > self._max_pending and len(link.outbox) > 1:
-            _, count = link.outbox.popleft()
-            link.pending -= count
-            self._counts["dropped"] += count
+        self._counts["dropped"] += link.queue(_messages(self._sender(), items), self._max_pending)
         if link.publisher is None or link.publisher.done():
             link.publisher = link.loop.create_task(
                 self._publish(link), context=contextvars.Context()
@@ -605,12 +560,3 @@ async def _closed(client: aioredis.Redis | None) -> None:
     if client is not None:
         with contextlib.suppress(Exception):
             await client.aclose()
-
-
-def _cancel_elsewhere(link: _Link) -> None:
-    """Cancel ``link``'s tasks in their own loop (another thread's, or one not running)."""
-    if link.loop.is_closed():
-        return
-    for task in link.tasks():
-        with contextlib.suppress(RuntimeError):
-            link.loop.call_soon_threadsafe(task.cancel)
