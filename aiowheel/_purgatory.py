@@ -49,31 +49,16 @@ The shape here, and where it leaves Kafka's:
   future's exception.
 - **Awaiting is the main form.** ``await purgatory.wait(keys, check, timeout)`` returns the
   first value ``check()`` gives that is neither None nor False (so a predicate and a lookup
-  both read naturally). The operation *is* the future the task
-  awaits, and the callable the timer calls: per wait there is one object, its timer handle and
-  one entry per key, no coroutine frame, no extra future, no closure. It is not a subclass of
-  :class:`asyncio.Future` but speaks its protocol (``_asyncio_future_blocking``, done
-  callbacks, ``result`` / ``exception`` / ``cancel`` / ``get_loop``), as asyncio lets any
-  future-like object do: tasks, ``gather``, ``wait_for`` and ``shield`` take it as a future,
-  and :func:`asyncio.isfuture` holds. It is its own iterator, so awaiting it allocates no
-  ``FutureIter`` either. It also speaks the *coroutine* protocol (``send`` / ``throw`` /
-  ``close``, registered as a :class:`collections.abc.Coroutine`), because people call
-  ``wait`` as the ``async def`` it reads as: ``asyncio.create_task(purgatory.wait(...))``,
-  ``TaskGroup.create_task``, ``asyncio.run`` and anyio's ``start_soon`` all demand a
-  coroutine. A task steps it as it would an ``async def`` whose body awaits the wait: the
-  first step yields the wait itself to the task, the wake-up's step ends with its result,
-  and an error thrown in (the task cancelled) cancels the wait first. The one place the two
-  protocols collide is :func:`asyncio.wait`, which refuses every coroutine: there, as for an
-  ``async def``, pass a task. Made with no loop running (``asyncio.run(purgatory.wait(...))``)
-  a wait is not a future yet (``_asyncio_future_blocking`` is None, so asyncio wraps it in a
-  task) and starts at its first step. An ``async def`` check is refused, not awaited: a
-  signal runs the checks synchronously, and the check-then-complete step that makes every
-  outcome exactly-once without locks would be torn apart by an ``await`` inside it.
-  Why one object: more than half of a wait's cost is the cyclic collector's passes
-  over the objects each waiting task keeps alive (``python -m bench.purgatory
-  --collector-off``); one object fewer per wait, and native slots instead of a C future plus a
-  Python subclass's, is what took the bench past 5x the stock way. Cancelling the task cancels
-  that future, which takes the operation out of its keys and the wheel before it returns.
+  both read naturally). The operation *is* the future the task awaits, and the callable the
+  timer calls: per wait there is one object, its timer handle and one entry per key, no
+  coroutine frame, no extra future, no closure. It is not an
+  :class:`asyncio.Future` but speaks its protocol, and the coroutine protocol too, so that
+  ``wait`` can be awaited, gathered and handed to ``create_task`` as the ``async def`` it
+  reads as; how, and why one object, is the docstring of :mod:`aiowheel._wait`, its room.
+  An ``async def`` check is refused, not awaited: a signal runs the checks synchronously, and
+  the check-then-complete step that makes every outcome exactly-once without locks would be
+  torn apart by an ``await`` inside it. Cancelling the task cancels that future, which takes
+  the operation out of its keys and the wheel before it returns.
 - **The callback form** (:class:`DelayedOperation`, for code that does not await):
   ``try_complete`` / ``on_complete`` / ``on_expiration`` as Kafka's, plus ``on_cancel`` and a
   fourth outcome, *failed*, for a ``try_complete`` that raises (Kafka lets that exception
@@ -88,6 +73,12 @@ signal costs one ``check()`` call per operation watched under that key and nothi
 other key. The stock way (``asyncio.Condition`` per key and ``wait_for``) wakes every task
 waiting on the key to re-check, each through the condition's lock, and keeps a heap timer per
 waiter.
+
+The rooms: this one holds the purgatory's public calls (``wait``, ``watch``, ``signal`` and
+the re-check it runs, the argument checks) and :class:`PurgatoryStats`; the book they and the
+operations write (the states, the watchers, the counters, the binding to a loop) is
+:mod:`aiowheel._watchers`, under :class:`Purgatory` as its base class; the awaited wait is
+:mod:`aiowheel._wait` and the callback form :mod:`aiowheel._delayed`, between the two.
 
 Compiled in the compiled build (mypyc), like the wheel under it: the purgatory, the wait and
 :class:`DelayedOperation` are native classes (``DelayedOperation`` allows interpreted
