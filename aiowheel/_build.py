@@ -54,6 +54,9 @@ COMPILED_MODULES = (
     "_timer",
     "_timeout",
     "_periodic",
+    "_watchers",
+    "_delayed",
+    "_wait",
     "_purgatory",
 )
 

@@ -27,11 +27,11 @@ channel re-checks its own waits of ``key`` when the message arrives. The choices
   one line when it recovers). Its own errors are immediate and change nothing: a key that
   cannot go on the wire raises TypeError naming it before any local re-check, and a signal
   with no running loop in the thread raises RuntimeError (publishing needs the loop).
-- **Keys on the wire**: ``str``, ``bytes`` and ``int`` keys (and their subclasses, sent as
-  the plain value: an ``IntEnum`` arrives as its int; ``True`` as 1, the key it equals in a
-  dict anyway). Other keys raise TypeError: a tuple's or an object's identity does not
-  survive a trip to another process. Waits may still use such keys; they cannot be signalled
-  through a purgatory with signals.
+- **Keys on the wire** (the format: ``aiowheel._wire``): ``str``, ``bytes`` and ``int``
+  keys (and their subclasses, sent as the plain value: an ``IntEnum`` arrives as its int;
+  ``True`` as 1, the key it equals in a dict anyway). Other keys raise TypeError: a tuple's or
+  an object's identity does not survive a trip to another process. Waits may still use such
+  keys; they cannot be signalled through a purgatory with signals.
 - **Payloads: data applied before the re-check.** A check reads state; when that state lives
   in each process (the long-poll's messages), the signal must bring it.
   ``RedisSignals(..., on_data=apply)`` and ``signals.send(key, data)`` (``str`` or
@@ -80,22 +80,21 @@ channel re-checks its own waits of ``key`` when the message arrives. The choices
 from __future__ import annotations
 
 import asyncio
-import base64
-import collections
 import contextlib
 import contextvars
-import json
 import logging
 import os
 import random
 import uuid
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 from ._purgatory import Purgatory
+from ._redis_link import _cancel_elsewhere, _Link
 from ._signals import Signals
+from ._wire import _decode, _item, _messages
 
 try:
     import redis.asyncio as aioredis
@@ -110,9 +109,6 @@ __all__ = ["RedisSignals", "RedisSignalsStats"]
 
 _log: Final = logging.getLogger("aiowheel.redis")
 
-_TAG: Final = "aiowheel"
-_VERSION: Final = 1
-_BATCH: Final = 512  # keys per message at most
 _BACKOFF_MIN: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
 _CONNECT_TIMEOUT: Final = 5.0
@@ -149,43 +145,8 @@ class RedisSignalsStats:
     """Whether a subscriber is subscribed now."""
 
 
-class _Link:
-    """What one loop runs for a RedisSignals: its batch, its publish queue, its tasks."""
-
-    __slots__ = (
-        "batch",
-        "connected",
-        "drained",
-        "failing",
-        "flushing",
-        "loop",
-        "lost",
-        "outbox",
-        "pending",
-        "publisher",
-        "subscribed",
-        "subscriber",
-        "wake",
-    )
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.batch: list[list[Any]] = []
-        self.flushing = False
-        self.outbox: collections.deque[tuple[bytes, int]] = collections.deque()
-        self.pending = 0
-        self.wake = asyncio.Event()
-        self.drained = asyncio.Event()
-        self.drained.set()
-        self.publisher: asyncio.Task[None] | None = None
-        self.subscriber: asyncio.Task[None] | None = None
-        self.connected = False
-        self.subscribed = asyncio.Event()  # set while connected
-        self.failing = False  # the publisher cannot publish now
-        self.lost = False  # the subscriber lost its connection and has not subscribed again
-
-    def tasks(self) -> list[asyncio.Task[None]]:
-        return [task for task in (self.publisher, self.subscriber) if task is not None]
+# The counters kept as they happen: every field of RedisSignalsStats but ``connected``.
+_COUNTERS: Final = tuple(field.name for field in fields(RedisSignalsStats))[:-1]
 
 
 class RedisSignals(Signals):
@@ -246,22 +207,7 @@ class RedisSignals(Signals):
         self._closed = False
         self._pid = -1
         self._id = ""
-        self._counts = dict.fromkeys(
-            (
-                "sent",
-                "published",
-                "received",
-                "echoes",
-                "foreign",
-                "dropped",
-                "publish_errors",
-                "connect_errors",
-                "subscribes",
-                "rechecks",
-                "data_errors",
-            ),
-            0,
-        )
+        self._counts = dict.fromkeys(_COUNTERS, 0)
 
     @property
     def channel(self) -> str:
@@ -424,21 +370,13 @@ class RedisSignals(Signals):
         return self._id
 
     def _flush(self, link: _Link) -> None:
-        """The loop iteration's keys, as messages of up to _BATCH keys, to the publisher."""
+        """The loop iteration's keys, as messages of up to 512 keys (aiowheel._wire), to the
+        publisher."""
         link.flushing = False
         items, link.batch = link.batch, []
         if not items or self._closed:
             return
-        sender = self._sender()
-        for start in range(0, len(items), _BATCH):
-            chunk = items[start : start + _BATCH]
-            message = json.dumps([_TAG, _VERSION, sender, chunk], separators=(",", ":"))
-            link.outbox.append((message.encode(), len(chunk)))
-            link.pending += len(chunk)
-        while link.pending > self._max_pending and len(link.outbox) > 1:
-            _, count = link.outbox.popleft()
-            link.pending -= count
-            self._counts["dropped"] += count
+        self._counts["dropped"] += link.queue(_messages(self._sender(), items), self._max_pending)
         if link.publisher is None or link.publisher.done():
             link.publisher = link.loop.create_task(
                 self._publish(link), context=contextvars.Context()
@@ -617,78 +555,8 @@ def _redacted(url: str) -> str:
         return "<unparsable URL>"
 
 
-def _item(key: object, data: object) -> list[Any]:
-    """``[key]`` or ``[key, data]`` as they go on the wire, or TypeError naming the key."""
-    if isinstance(key, str):
-        wire: object = key if type(key) is str else str.__str__(key)
-    elif isinstance(key, int):
-        wire = key if type(key) is int else int.__int__(key)
-    elif isinstance(key, bytes):
-        wire = {"b": base64.b64encode(key).decode("ascii")}
-    else:
-        raise TypeError(
-            f"Purgatory.signal(): key {key!r} ({type(key).__name__}) cannot be sent to other "
-            "processes: with RedisSignals, signal str, bytes or int keys"
-        )
-    if data is None:
-        return [wire]
-    if isinstance(data, bytes):
-        return [wire, {"b": base64.b64encode(data).decode("ascii")}]
-    return [wire, str.__str__(data)]
-
-
-def _value(wire: object) -> str | bytes | int:
-    """A key or data off the wire (ValueError if it is not one of ours)."""
-    if isinstance(wire, str):
-        return wire
-    if isinstance(wire, int) and not isinstance(wire, bool):
-        return wire
-    if isinstance(wire, dict) and len(wire) == 1 and isinstance(wire.get("b"), str):
-        return base64.b64decode(wire["b"], validate=True)
-    raise ValueError("not a key")
-
-
-def _decode(payload: object) -> tuple[str, list[tuple[Any, Any]]] | None:
-    """(sender, [(key, data or None)]) of one of our messages, or None for anything else."""
-    try:
-        if not isinstance(payload, bytes | str):
-            return None
-        message = json.loads(payload)
-        if not (
-            isinstance(message, list)
-            and len(message) == 4
-            and message[0] == _TAG
-            and message[1] == _VERSION
-            and type(message[1]) is int
-            and isinstance(message[2], str)
-            and isinstance(message[3], list)
-        ):
-            return None
-        items: list[tuple[Any, Any]] = []
-        for item in message[3]:
-            if not isinstance(item, list) or len(item) not in (1, 2):
-                return None
-            key = _value(item[0])
-            data = _value(item[1]) if len(item) == 2 else None
-            if isinstance(data, int):
-                return None
-            items.append((key, data))
-        return message[2], items
-    except (ValueError, TypeError, RecursionError):  # JSON, base64 and UTF-8 errors included
-        return None
-
-
 async def _closed(client: aioredis.Redis | None) -> None:
     """Close ``client`` (None: nothing), never raising."""
     if client is not None:
         with contextlib.suppress(Exception):
             await client.aclose()
-
-
-def _cancel_elsewhere(link: _Link) -> None:
-    """Cancel ``link``'s tasks in their own loop (another thread's, or one not running)."""
-    if link.loop.is_closed():
-        return
-    for task in link.tasks():
-        with contextlib.suppress(RuntimeError):
-            link.loop.call_soon_threadsafe(task.cancel)
