@@ -6,7 +6,7 @@ A user subclasses it and overrides ``try_complete`` and the outcome hooks; the p
 deadline, and each signal of one of its keys re-checks it. Exactly one outcome hook runs. Its
 rules, and where they leave Kafka's, are in :mod:`aiowheel._purgatory`'s docstring (the
 callback form). What is here: the class users see, with ``force_complete`` / ``cancel`` /
-the timer's expiry ending it, and ``_attempt``, the run of ``try_complete`` that decides
+the timer's expiry ending it, and ``attempt``, the run of ``try_complete`` that decides
 whether it completed, failed or waits on (the purgatory's ``watch`` and a signal's re-check
 both call it).
 
@@ -25,18 +25,18 @@ from typing import Final
 
 from ._build import mypyc_attr
 from ._watchers import (
-    _CANCELLED,
-    _CHECKING,
-    _COMPLETED,
-    _EXPIRED,
-    _FAILED,
-    _FIRST,
-    _NEW,
-    _OUTCOMES,
-    _PENDING,
+    CANCELLED,
+    CHECKING,
+    COMPLETED,
+    EXPIRED,
+    FAILED,
+    FIRST,
+    NEW,
+    OUTCOMES,
+    PENDING,
     Operation,
     Watchers,
-    _awaited,
+    awaitable_answer_error,
 )
 
 __all__ = ["DelayedOperation"]
@@ -70,7 +70,7 @@ class DelayedOperation(Operation):
     """
 
     def __init__(self) -> None:
-        self._phase = _NEW
+        self._phase = NEW
 
     # -- to override -----------------------------------------------------------------------------
 
@@ -102,29 +102,29 @@ class DelayedOperation(Operation):
     def outcome(self) -> str:
         """``"new"`` (not watched yet), ``"pending"``, ``"completed"``, ``"expired"``,
         ``"cancelled"`` or ``"failed"``."""
-        return _OUTCOMES[getattr(self, "_phase", _NEW)]
+        return OUTCOMES[getattr(self, "_phase", NEW)]
 
     def done(self) -> bool:
         """True once the operation has its outcome."""
-        return getattr(self, "_phase", _NEW) >= _COMPLETED
+        return getattr(self, "_phase", NEW) >= COMPLETED
 
     def force_complete(self) -> bool:
         """Complete the operation now, whatever its condition: it leaves its keys and the
         wheel and :meth:`on_complete` runs. True if this call completed it; False if it had
         an outcome already (Kafka's ``forceComplete``)."""
-        return self._end(_COMPLETED, "force_complete")
+        return self._end(COMPLETED, "force_complete")
 
     def cancel(self) -> bool:
         """Cancel the operation: it leaves its keys and the wheel and :meth:`on_cancel`
         runs. True if this call cancelled it; False if it had an outcome already."""
-        return self._end(_CANCELLED, "cancel")
+        return self._end(CANCELLED, "cancel")
 
     def __call__(self) -> None:
         """The timer's callback (Kafka's ``TimerTask.run``): expire the operation if it is
         still pending. The purgatory calls it at the deadline."""
-        if getattr(self, "_phase", _NEW) == _PENDING:
+        if getattr(self, "_phase", NEW) == PENDING:
             self._handle = None  # it fired: nothing to cancel
-            self._end(_EXPIRED, "expire")
+            self._end(EXPIRED, "expire")
 
     def __repr__(self) -> str:
         return f"<{type(self).__qualname__} keys={list(self.keys)!r} {self.outcome}>"
@@ -132,10 +132,10 @@ class DelayedOperation(Operation):
     # -- internals -------------------------------------------------------------------------------
 
     def _end(self, outcome: int, method: str) -> bool:
-        state = getattr(self, "_phase", _NEW)
-        if state == _NEW:
+        state = getattr(self, "_phase", NEW)
+        if state == NEW:
             raise RuntimeError(f"{type(self).__qualname__}.{method}(): not watched yet")
-        if state >= _COMPLETED:
+        if state >= COMPLETED:
             return False
         purgatory = self._purgatory
         if purgatory._tid != _get_ident() and not purgatory._on_loop_thread():
@@ -143,15 +143,15 @@ class DelayedOperation(Operation):
                 f"{type(self).__qualname__}.{method}(): called from a thread that does not run "
                 "the purgatory's loop: hand it over with loop.call_soon_threadsafe"
             )
-        if self._phase >= _COMPLETED:
+        if self._phase >= COMPLETED:
             return False  # it was left on a closed loop, and ended when the purgatory moved
         self._phase = outcome
-        if state != _FIRST:  # watched under its keys
+        if state != FIRST:  # watched under its keys
             purgatory._unwatch(self)
-        if outcome == _COMPLETED:
+        if outcome == COMPLETED:
             purgatory._completed += 1
             purgatory._hook(self, self.on_complete)
-        elif outcome == _EXPIRED:
+        elif outcome == EXPIRED:
             purgatory._expired += 1
             purgatory._hook(self, self.on_expiration)
         else:
@@ -160,11 +160,11 @@ class DelayedOperation(Operation):
         return True
 
     def _try(self) -> bool:
-        """A signal's re-check (the state is _PENDING): True if it completed now."""
-        self._phase = _CHECKING
-        completed = _attempt(self._purgatory, self)
-        if self._phase == _CHECKING:
-            self._phase = _PENDING
+        """A signal's re-check (the state is PENDING): True if it completed now."""
+        self._phase = CHECKING
+        completed = attempt(self._purgatory, self)
+        if self._phase == CHECKING:
+            self._phase = PENDING
         return completed
 
     def _waiter(self) -> object:
@@ -181,8 +181,8 @@ class DelayedOperation(Operation):
         self._purgatory._hook(self, self.on_cancel)
 
 
-def _attempt(purgatory: Watchers, op: DelayedOperation) -> bool:
-    """Run ``op.try_complete()`` for ``purgatory`` (its state is _FIRST or _CHECKING, as it
+def attempt(purgatory: Watchers, op: DelayedOperation) -> bool:
+    """Run ``op.try_complete()`` for ``purgatory`` (its state is FIRST or CHECKING, as it
     is being watched or watched); complete it if it says so. True if it completed now. An exception
     fails it."""
     trying = op._phase
@@ -194,35 +194,35 @@ def _attempt(purgatory: Watchers, op: DelayedOperation) -> bool:
         holds = try_complete()
     except (SystemExit, KeyboardInterrupt):
         if op._phase == trying:
-            op._phase = _NEW if trying == _FIRST else _PENDING
+            op._phase = NEW if trying == FIRST else PENDING
         raise
     except BaseException as exc:
         if op._phase != trying:
             return False  # it ended inside try_complete (cancelled, say)
-        op._phase = _FAILED
+        op._phase = FAILED
         purgatory._failed += 1
-        if trying == _CHECKING:
+        if trying == CHECKING:
             purgatory._unwatch(op)
         purgatory._report(op, "try_complete", exc)
         return False
-    if op._phase == _COMPLETED:
+    if op._phase == COMPLETED:
         return True  # try_complete called force_complete itself
     if op._phase != trying:
         return False
     if isinstance(holds, Awaitable):
-        refused = _awaited("watch", "operation.try_complete", holds)
-        if trying == _FIRST:
-            op._phase = _NEW  # refused by watch(): nothing watched, nothing counted
+        refused = awaitable_answer_error("watch", "operation.try_complete", holds)
+        if trying == FIRST:
+            op._phase = NEW  # refused by watch(): nothing watched, nothing counted
             raise refused
-        op._phase = _FAILED
+        op._phase = FAILED
         purgatory._failed += 1
         purgatory._unwatch(op)
         purgatory._report(op, "try_complete", refused)
         return False
     if not holds:
         return False
-    op._phase = _COMPLETED
-    if trying == _CHECKING:
+    op._phase = COMPLETED
+    if trying == CHECKING:
         purgatory._unwatch(op)
     purgatory._completed += 1
     purgatory._hook(op, op.on_complete)

@@ -98,20 +98,20 @@ from dataclasses import dataclass
 from typing import Final, TypeVar, cast
 
 from . import _validate
-from ._delayed import DelayedOperation, _attempt
+from ._delayed import DelayedOperation, attempt
 from ._signals import Signals
 from ._timer import Timer
 from ._validate import Seconds, Unchecked
-from ._wait import _Wait
+from ._wait import Wait
 from ._watchers import (
-    _CHECKING,
-    _COMPLETED,
-    _EXPIRED,
-    _FIRST,
-    _NEW,
-    _PENDING,
+    CHECKING,
+    COMPLETED,
+    EXPIRED,
+    FIRST,
+    NEW,
+    PENDING,
     Watchers,
-    _awaited,
+    awaitable_answer_error,
 )
 
 __all__ = ["DelayedOperation", "Purgatory", "PurgatoryStats"]
@@ -228,7 +228,7 @@ class Purgatory(Watchers):
 
     def wait(
         self, keys: Iterable[Hashable], check: Callable[[], _T | None], timeout: Seconds | None
-    ) -> _Wait[_T]:
+    ) -> Wait[_T]:
         """Wait until ``check()`` returns something other than None or False, and return that.
 
         ``check()`` is called now, then each time one of ``keys`` is :meth:`signal`\\ led,
@@ -274,10 +274,10 @@ class Purgatory(Watchers):
         if loop is None:
             # No loop yet (asyncio.run(p.wait(...)), loop.run_until_complete(...)): the wait
             # starts when a task first steps it, in that task's loop.
-            return _Wait(None, self, keys, check, delay)
+            return Wait(None, self, keys, check, delay)
         if loop is not self._loop:
             loop = self._bind("wait", loop)
-        op: _Wait[_T] = _Wait(loop, self, keys, check, delay)
+        op: Wait[_T] = Wait(loop, self, keys, check, delay)
         op._start()
         return op
 
@@ -301,7 +301,7 @@ class Purgatory(Watchers):
                 "Purgatory.watch(): operation must be a DelayedOperation, "
                 f"got {type(operation).__name__}"
             )
-        if getattr(operation, "_phase", _NEW) != _NEW:
+        if getattr(operation, "_phase", NEW) != NEW:
             raise RuntimeError(f"Purgatory.watch(): {operation!r} was watched already")
         keys = _keys("watch", keys)
         delay = _inf if timeout is None else self._delay("watch", timeout)
@@ -309,13 +309,13 @@ class Purgatory(Watchers):
         operation._purgatory = self
         operation._keys = keys
         operation._handle = None
-        operation._phase = _FIRST
-        if _attempt(self, operation):
+        operation._phase = FIRST
+        if attempt(self, operation):
             return True
-        if operation._phase != _FIRST:
+        if operation._phase != FIRST:
             return False  # it failed, or was cancelled from inside try_complete
         if delay == 0.0:
-            operation._phase = _EXPIRED
+            operation._phase = EXPIRED
             self._expired += 1
             self._hook(operation, operation.on_expiration)
             return False
@@ -324,7 +324,7 @@ class Purgatory(Watchers):
             assert timer is not None
             operation._handle = timer.call_later(delay, operation)
         self._watch(operation, keys)
-        operation._phase = _PENDING
+        operation._phase = PENDING
         return False
 
     # -- signalling -----------------------------------------------------------------------------
@@ -372,28 +372,28 @@ class Purgatory(Watchers):
         completed = 0
         # A snapshot: a check may finish other operations of this key (or watch new ones).
         for op in tuple(ops.values()):
-            if op._phase != _PENDING:
+            if op._phase != PENDING:
                 continue
-            if type(op) is not _Wait:
+            if type(op) is not Wait:
                 if cast(DelayedOperation, op)._try():
                     completed += 1
                 continue
-            # _Wait._try, inline: this loop is the purgatory's hot path.
-            op._phase = _CHECKING
+            # Wait._try, inline: this loop is the purgatory's hot path.
+            op._phase = CHECKING
             try:
                 result = op._check()
             except BaseException as exc:
                 op._failed(exc)
                 continue
-            if op._phase != _CHECKING:
+            if op._phase != CHECKING:
                 continue  # cancelled by its own check
             if result is None or result is False:
-                op._phase = _PENDING
+                op._phase = PENDING
                 continue
             if isinstance(result, Awaitable):
-                op._failed(_awaited("wait", "check", result))
+                op._failed(awaitable_answer_error("wait", "check", result))
                 continue
-            op._phase = _COMPLETED
+            op._phase = COMPLETED
             self._completed += 1
             self._unwatch(op)
             op._done(result)

@@ -21,7 +21,7 @@ from typing import Any
 __all__: list[str] = []
 
 
-class _Link:
+class Link:
     """What one loop runs for a RedisSignals: its batch, its publish queue, its tasks."""
 
     __slots__ = (
@@ -75,7 +75,7 @@ class _Link:
         return [task for task in (self.publisher, self.subscriber) if task is not None]
 
 
-def _cancel_elsewhere(link: _Link) -> None:
+def cancel_elsewhere(link: Link) -> None:
     """Cancel ``link``'s tasks in their own loop (another thread's, or one not running)."""
     if link.loop.is_closed():
         return

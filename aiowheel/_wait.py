@@ -45,19 +45,19 @@ from typing import Any, Final, Generic, TypeVar, final
 
 from ._observe import classify
 from ._watchers import (
-    _CANCELLED,
-    _CHECKING,
-    _COMPLETED,
-    _EXPIRED,
-    _FAILED,
-    _FIRST,
-    _NEW,
-    _OUTCOMES,
-    _PENDING,
+    CANCELLED,
+    CHECKING,
+    COMPLETED,
+    EXPIRED,
+    FAILED,
+    FIRST,
+    NEW,
+    OUTCOMES,
+    PENDING,
     Operation,
     Watchers,
-    _awaited,
-    _checked,
+    awaitable_answer_error,
+    raised_from_check,
 )
 
 __all__: list[str] = []
@@ -69,7 +69,7 @@ _inf: Final = math.inf
 
 
 @final
-class _Wait(Operation, Generic[_T]):
+class Wait(Operation, Generic[_T]):
     """The operation behind :meth:`Purgatory.wait`, and the future the waiting task awaits:
     one object per wait, with asyncio's future protocol (:func:`asyncio.isfuture` holds, so
     ``await``, tasks, ``gather``, ``wait_for`` and ``shield`` take it as a future), its
@@ -107,10 +107,10 @@ class _Wait(Operation, Generic[_T]):
         self._handle = None
         if loop is None:
             self._asyncio_future_blocking = None
-            self._phase = _NEW  # started by the first task step (_begin)
+            self._phase = NEW  # started by the first task step (_begin)
         else:
             self._asyncio_future_blocking = False
-            self._phase = _FIRST
+            self._phase = FIRST
         self._result = None
         self._exception = None
         self._traceback = None
@@ -148,23 +148,23 @@ class _Wait(Operation, Generic[_T]):
         self._schedule()
 
     def _failed(self, exc: BaseException) -> None:
-        """Its check raised ``exc`` (its phase was _CHECKING), or answered with what it may
+        """Its check raised ``exc`` (its phase was CHECKING), or answered with what it may
         not (``exc`` is then the TypeError saying so)."""
         if isinstance(exc, SystemExit | KeyboardInterrupt):
-            if self._phase == _CHECKING:
-                self._phase = _PENDING
+            if self._phase == CHECKING:
+                self._phase = PENDING
             raise exc
-        if self._phase == _CHECKING:  # not cancelled by its own check
-            self._phase = _FAILED
+        if self._phase == CHECKING:  # not cancelled by its own check
+            self._phase = FAILED
             purgatory = self._purgatory
             purgatory._failed += 1
             purgatory._unwatch(self)
-            self._fail(_checked(exc))
+            self._fail(raised_from_check(exc))
 
     def __call__(self) -> None:
         """The timer's callback: the deadline passed."""
-        if self._phase == _PENDING:
-            self._phase = _EXPIRED
+        if self._phase == PENDING:
+            self._phase = EXPIRED
             self._handle = None  # it fired: nothing to cancel
             purgatory = self._purgatory
             purgatory._expired += 1
@@ -200,7 +200,7 @@ class _Wait(Operation, Generic[_T]):
 
     def _start(self) -> None:
         """Its first check, and its watching if that did not end it (it is bound: its phase
-        is _FIRST). A check that answers with an awaitable is refused: TypeError from here,
+        is FIRST). A check that answers with an awaitable is refused: TypeError from here,
         nothing watched or counted."""
         purgatory = self._purgatory
         try:
@@ -208,21 +208,21 @@ class _Wait(Operation, Generic[_T]):
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            self._phase = _FAILED
+            self._phase = FAILED
             purgatory._failed += 1
-            self._fail(_checked(exc))
+            self._fail(raised_from_check(exc))
             return
         if result is not None and result is not False:
             if isinstance(result, Awaitable):
-                self._phase = _NEW
-                raise _awaited("wait", "check", result)
-            self._phase = _COMPLETED
+                self._phase = NEW
+                raise awaitable_answer_error("wait", "check", result)
+            self._phase = COMPLETED
             purgatory._completed += 1
             self._done(result)
             return
         delay = self._timeout
         if delay == 0.0:
-            self._phase = _EXPIRED
+            self._phase = EXPIRED
             purgatory._expired += 1
             self._fail(self._timed_out())
             return
@@ -231,7 +231,7 @@ class _Wait(Operation, Generic[_T]):
             assert timer is not None
             self._handle = timer.call_later(delay, self, context=purgatory._context)
         purgatory._watch(self, self._keys)
-        self._phase = _PENDING
+        self._phase = PENDING
 
     def _begin(self) -> None:
         """Start a wait made with no loop running, in the loop of the task stepping it."""
@@ -243,7 +243,7 @@ class _Wait(Operation, Generic[_T]):
             running = purgatory._bind("wait", running)
         self._loop = running
         self._asyncio_future_blocking = False
-        self._phase = _FIRST
+        self._phase = FIRST
         self._start()
 
     # -- asyncio's future protocol -----------------------------------------------------------------
@@ -251,14 +251,14 @@ class _Wait(Operation, Generic[_T]):
     def cancel(self, msg: Any | None = None) -> bool:
         """Cancel the wait (what cancelling the waiting task does): the operation leaves its
         keys and the wheel before this returns. False if it had ended already."""
-        if self._phase >= _COMPLETED:
+        if self._phase >= COMPLETED:
             return False
         self._cancelled = True
         self._cancel_message = msg
-        if self._phase == _NEW:  # never started: nothing watched, nothing to wake
-            self._phase = _CANCELLED
+        if self._phase == NEW:  # never started: nothing watched, nothing to wake
+            self._phase = CANCELLED
             return True
-        self._phase = _CANCELLED
+        self._phase = CANCELLED
         purgatory = self._purgatory
         purgatory._cancelled += 1
         purgatory._unwatch(self)
@@ -271,13 +271,13 @@ class _Wait(Operation, Generic[_T]):
 
     def done(self) -> bool:
         """True once the wait has its outcome."""
-        return self._phase >= _COMPLETED
+        return self._phase >= COMPLETED
 
     def result(self) -> _T:
         """The value ``check()`` returned; raises what ended the wait otherwise."""
         if self._cancelled:
             raise self._make_cancelled_error()
-        if self._phase < _COMPLETED:
+        if self._phase < COMPLETED:
             raise asyncio.InvalidStateError("Result is not ready.")
         exc = self._exception
         if exc is not None:
@@ -288,7 +288,7 @@ class _Wait(Operation, Generic[_T]):
         """What ended the wait (TimeoutError, the check's error), or None if it completed."""
         if self._cancelled:
             raise self._make_cancelled_error()
-        if self._phase < _COMPLETED:
+        if self._phase < COMPLETED:
             raise asyncio.InvalidStateError("Exception is not set.")
         return self._exception
 
@@ -306,7 +306,7 @@ class _Wait(Operation, Generic[_T]):
         """Call ``fn(wait)`` (as a loop callback) once the wait has its outcome."""
         if context is None:
             context = contextvars.copy_context()
-        if self._phase >= _COMPLETED and self._loop is not None:
+        if self._phase >= COMPLETED and self._loop is not None:
             self._loop.call_soon(fn, self, context=context)
         elif self._callback is None and self._more is None:
             self._callback = fn
@@ -352,10 +352,10 @@ class _Wait(Operation, Generic[_T]):
 
     def __next__(self) -> object:
         phase = self._phase
-        if phase < _COMPLETED:
-            if phase == _NEW:
+        if phase < COMPLETED:
+            if phase == NEW:
                 self._begin()
-                if self._phase >= _COMPLETED:
+                if self._phase >= COMPLETED:
                     raise StopIteration(self.result())
             self._asyncio_future_blocking = True
             return self  # to the task, which adds its wake-up as a done callback
@@ -376,17 +376,17 @@ class _Wait(Operation, Generic[_T]):
             val = typ() if isinstance(typ, type) else typ
         if tb is not None:
             val = val.with_traceback(tb)
-        if self._phase < _COMPLETED:
+        if self._phase < COMPLETED:
             self.cancel()
         raise val
 
     def close(self) -> None:
         """The coroutine's ``close``: cancel the wait if it is still pending."""
-        if self._phase < _COMPLETED:
+        if self._phase < COMPLETED:
             self.cancel()
 
     def __repr__(self) -> str:
-        return f"<Purgatory.wait keys={list(self._keys)!r} {_OUTCOMES.get(self._phase, 'new')}>"
+        return f"<Purgatory.wait keys={list(self._keys)!r} {OUTCOMES.get(self._phase, 'new')}>"
 
     def _waiter(self) -> object:
         """The task awaiting this wait (for pending_timers), or None."""
@@ -405,4 +405,4 @@ class _Wait(Operation, Generic[_T]):
 # A wait answers to asyncio.iscoroutine and anyio's check as the coroutine it stands for (its
 # send / throw / close / __await__ would make collections.abc.Coroutine's hook say so of a
 # Python class; a compiled class is registered to be sure).
-Coroutine.register(_Wait)
+Coroutine.register(Wait)

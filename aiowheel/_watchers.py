@@ -39,25 +39,25 @@ _get_ident: Final = threading.get_ident
 _get_running_loop: Final = asyncio._get_running_loop
 
 # An operation's state. Only the loop's thread writes it; the first transition out of
-# _PENDING / _CHECKING to a final state wins, and every other path finds it final and does
+# PENDING / CHECKING to a final state wins, and every other path finds it final and does
 # nothing: that is the whole exactly-once rule.
-_NEW: Final = 0  # a DelayedOperation not yet watched
-_FIRST: Final = 1  # its first check, in watch(), before it is watched
-_PENDING: Final = 2  # watched under its keys
-_CHECKING: Final = 3  # watched, and its check is running (a re-entrant signal skips it)
-_COMPLETED: Final = 4  # the final states, from here on
-_EXPIRED: Final = 5
-_CANCELLED: Final = 6
-_FAILED: Final = 7
-_OUTCOMES: Final = {
-    _NEW: "new",
-    _FIRST: "pending",
-    _PENDING: "pending",
-    _CHECKING: "pending",
-    _COMPLETED: "completed",
-    _EXPIRED: "expired",
-    _CANCELLED: "cancelled",
-    _FAILED: "failed",
+NEW: Final = 0  # a DelayedOperation not yet watched
+FIRST: Final = 1  # its first check, in watch(), before it is watched
+PENDING: Final = 2  # watched under its keys
+CHECKING: Final = 3  # watched, and its check is running (a re-entrant signal skips it)
+COMPLETED: Final = 4  # the final states, from here on
+EXPIRED: Final = 5
+CANCELLED: Final = 6
+FAILED: Final = 7
+OUTCOMES: Final = {
+    NEW: "new",
+    FIRST: "pending",
+    PENDING: "pending",
+    CHECKING: "pending",
+    COMPLETED: "completed",
+    EXPIRED: "expired",
+    CANCELLED: "cancelled",
+    FAILED: "failed",
 }
 
 # The top-level watcher dict is rebuilt when it falls below a quarter of its peak, once the
@@ -241,9 +241,9 @@ def _abandon(purgatory: Watchers) -> None:
     purgatory._peak = 0
     purgatory._live = 0
     for op in left.values():
-        if op._phase >= _COMPLETED:
+        if op._phase >= COMPLETED:
             continue
-        op._phase = _CANCELLED
+        op._phase = CANCELLED
         purgatory._cancelled += 1
         handle = op._handle
         op._handle = None
@@ -253,7 +253,7 @@ def _abandon(purgatory: Watchers) -> None:
         op._abandoned()
 
 
-def _checked(exc: BaseException) -> BaseException:
+def raised_from_check(exc: BaseException) -> BaseException:
     """What a wait raises for an error from its check: the error itself, but a StopIteration
     as a RuntimeError from it (raised into a task's coroutine, it would end the coroutine as
     if it returned; asyncio.Future refuses it for that reason)."""
@@ -264,7 +264,7 @@ def _checked(exc: BaseException) -> BaseException:
     return exc
 
 
-def _awaited(method: str, name: str, value: object) -> TypeError:
+def awaitable_answer_error(method: str, name: str, value: object) -> TypeError:
     """The error for a check that answered with an awaitable (an ``async def`` check): a
     check must answer at once, inside the signal that runs it. A coroutine is closed, so
     that it does not warn it was never awaited."""

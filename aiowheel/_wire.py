@@ -7,7 +7,7 @@ as its plain value) and ``str`` data go as they are; ``bytes`` as ``{"b": base64
 keys raise TypeError naming them: a tuple's or an object's identity does not survive a trip to
 another process. Reading is all or nothing: a payload that is not this format or version, or
 any item of it that is not ours, makes the whole message foreign (None), never an exception.
-At most 512 keys go in one message (:func:`_messages`).
+At most 512 keys go in one message (:func:`encode_messages`).
 
 A room of its own so that the format can be read, and changed, in one place apart from the
 connection logic (connect, publish, subscribe, backoff) of :mod:`aiowheel.redis`, which
@@ -29,17 +29,17 @@ _BATCH: Final = 512  # keys per message at most
 
 
 def _encode(sender: str, items: list[list[Any]]) -> bytes:
-    """One message of ``sender``'s ``items`` (each from :func:`_item`), as published."""
+    """One message of ``sender``'s ``items`` (each from :func:`wire_item`), as published."""
     return json.dumps([_TAG, _VERSION, sender, items], separators=(",", ":")).encode()
 
 
-def _messages(sender: str, items: list[list[Any]]) -> list[tuple[bytes, int]]:
+def encode_messages(sender: str, items: list[list[Any]]) -> list[tuple[bytes, int]]:
     """``items`` as messages of up to _BATCH items each: (message, its count of keys)."""
     chunks = [items[start : start + _BATCH] for start in range(0, len(items), _BATCH)]
     return [(_encode(sender, chunk), len(chunk)) for chunk in chunks]
 
 
-def _item(key: object, data: object) -> list[Any]:
+def wire_item(key: object, data: object) -> list[Any]:
     """``[key]`` or ``[key, data]`` as they go on the wire, or TypeError naming the key."""
     if isinstance(key, str):
         wire: object = key if type(key) is str else str.__str__(key)
@@ -70,7 +70,7 @@ def _value(wire: object) -> str | bytes | int:
     raise ValueError("not a key")
 
 
-def _decode(payload: object) -> tuple[str, list[tuple[Any, Any]]] | None:
+def decode_message(payload: object) -> tuple[str, list[tuple[Any, Any]]] | None:
     """(sender, [(key, data or None)]) of one of our messages, or None for anything else."""
     try:
         if not isinstance(payload, bytes | str):

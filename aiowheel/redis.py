@@ -92,9 +92,9 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from ._purgatory import Purgatory
-from ._redis_link import _cancel_elsewhere, _Link
+from ._redis_link import Link, cancel_elsewhere
 from ._signals import Signals
-from ._wire import _decode, _item, _messages
+from ._wire import decode_message, encode_messages, wire_item
 
 try:
     import redis.asyncio as aioredis
@@ -203,7 +203,7 @@ class RedisSignals(Signals):
         self._on_data = on_data
         self._max_pending = max_pending
         self._purgatory: Purgatory | None = None
-        self._links: dict[asyncio.AbstractEventLoop, _Link] = {}
+        self._links: dict[asyncio.AbstractEventLoop, Link] = {}
         self._closed = False
         self._pid = -1
         self._id = ""
@@ -299,7 +299,7 @@ class RedisSignals(Signals):
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
             else:
-                _cancel_elsewhere(link)
+                cancel_elsewhere(link)
 
     # -- the purgatory's seam (aiowheel._signals) ----------------------------------------------
 
@@ -331,7 +331,7 @@ class RedisSignals(Signals):
             )
 
     def _signal(self, purgatory: Any, key: Hashable, data: Any) -> int:
-        item = _item(key, data)
+        item = wire_item(key, data)
         loop = asyncio._get_running_loop()
         if loop is None:
             raise RuntimeError(
@@ -353,12 +353,12 @@ class RedisSignals(Signals):
 
     # -- publishing ----------------------------------------------------------------------------
 
-    def _link(self, loop: asyncio.AbstractEventLoop) -> _Link:
+    def _link(self, loop: asyncio.AbstractEventLoop) -> Link:
         link = self._links.get(loop)
         if link is None:
             for other in [other for other in self._links if other.is_closed()]:
                 del self._links[other]
-            link = self._links[loop] = _Link(loop)
+            link = self._links[loop] = Link(loop)
         return link
 
     def _sender(self) -> str:
@@ -369,14 +369,15 @@ class RedisSignals(Signals):
             self._id = uuid.uuid4().hex
         return self._id
 
-    def _flush(self, link: _Link) -> None:
+    def _flush(self, link: Link) -> None:
         """The loop iteration's keys, as messages of up to 512 keys (aiowheel._wire), to the
         publisher."""
         link.flushing = False
         items, link.batch = link.batch, []
         if not items or self._closed:
             return
-        self._counts["dropped"] += link.queue(_messages(self._sender(), items), self._max_pending)
+        messages = encode_messages(self._sender(), items)
+        self._counts["dropped"] += link.queue(messages, self._max_pending)
         if link.publisher is None or link.publisher.done():
             link.publisher = link.loop.create_task(
                 self._publish(link), context=contextvars.Context()
@@ -392,7 +393,7 @@ class RedisSignals(Signals):
             **options,
         )
 
-    async def _publish(self, link: _Link) -> None:
+    async def _publish(self, link: Link) -> None:
         """The loop's publisher: its messages in order, each retried until it goes out."""
         client: aioredis.Redis | None = None
         delay = _BACKOFF_MIN
@@ -437,7 +438,7 @@ class RedisSignals(Signals):
 
     # -- subscribing ---------------------------------------------------------------------------
 
-    async def _subscribe(self, purgatory: Any, link: _Link) -> None:
+    async def _subscribe(self, purgatory: Any, link: Link) -> None:
         """The loop's subscriber: connect, subscribe and listen (:meth:`_listen`); on any
         failure, count it, log it once per outage, and reconnect after a backoff (from the
         shortest again once a connection was subscribed)."""
@@ -477,7 +478,7 @@ class RedisSignals(Signals):
         finally:
             link.connected = False
 
-    async def _listen(self, purgatory: Any, link: _Link, pubsub: Any) -> None:
+    async def _listen(self, purgatory: Any, link: Link, pubsub: Any) -> None:
         """Read the channel until the connection fails: on the subscription's confirmation
         (each connect) re-check every live key; on a message, its keys. A quiet connection is
         PINGed, and given up (ConnectionError) if a second quiet spell brings no answer."""
@@ -503,7 +504,7 @@ class RedisSignals(Signals):
                     _log.warning("aiowheel.redis: subscribed to %r again", self._channel)
                 self._recheck_all(purgatory, link)
 
-    def _recheck_all(self, purgatory: Any, link: _Link) -> None:
+    def _recheck_all(self, purgatory: Any, link: Link) -> None:
         """On (re)connect: what was published while not subscribed is lost, so every key with
         live waits here is re-checked."""
         if purgatory._loop is not link.loop:
@@ -512,10 +513,10 @@ class RedisSignals(Signals):
             self._counts["rechecks"] += 1
             purgatory._recheck(key)
 
-    def _receive(self, purgatory: Any, link: _Link, payload: object) -> None:
+    def _receive(self, purgatory: Any, link: Link, payload: object) -> None:
         """One message from the channel: decoded whole (or ignored, counted), then each item's
         data applied and its key re-checked."""
-        decoded = _decode(payload)
+        decoded = decode_message(payload)
         if decoded is None:
             self._counts["foreign"] += 1
             return

@@ -805,7 +805,7 @@ def test_a_signal_of_an_unhashable_key_names_it() -> None:
     aiowheel.testing.run(main())
 
 
-# -- a wait is a future to asyncio (its own, one object: see _Wait) ----------------------------
+# -- a wait is a future to asyncio (its own, one object: see aiowheel._wait.Wait) --------------
 
 
 @anyio
