@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import pickle
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -15,7 +13,7 @@ import aiowheel
 import aiowheel.loops
 import aiowheel.testing
 from aiowheel import _bases, _loop, _virtual, timer_of
-from tests.support import BASES, ROOT
+from tests.support import BASES, ROOT, run_python
 
 INSTALLED = [
     record.name
@@ -97,9 +95,9 @@ def test_a_missing_base_library_names_the_pip_extra() -> None:
         "except ImportError as exc:\n"
         "    print(exc)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+    proc = run_python(["-c", code], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     assert "aiowheel.loops.rloop needs rloop" in out
     assert "pip install 'aiowheel[rloop]'" in out
 
@@ -164,9 +162,9 @@ def test_factory_imports_no_base_library_until_called() -> None:
         "for name in aiowheel.loops.BASES: aiowheel.loops.factory(name)\n"
         "print(sorted(r.module for r in aiowheel._bases.RECORDS if r.module in sys.modules))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+    proc = run_python(["-c", code], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     assert out.strip() == "[]"
 
 
@@ -315,9 +313,9 @@ def test_a_missing_base_library_is_named_with_its_record_extra_and_python() -> N
         "    except ImportError as exc:\n"
         "        print(exc)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout.splitlines()
+    proc = run_python(["-c", code], timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
     expected = [
         f"aiowheel.loops.{record.factory} needs {record.module}, which is not installed here: "
         f"pip install 'aiowheel[{record.extra}]'"
