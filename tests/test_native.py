@@ -535,6 +535,54 @@ def test_timers_filed_from_an_empty_context_hold_no_context_and_leave_its_count_
     assert handle.cancel()
 
 
+def test_each_run_from_an_empty_context_starts_empty_whatever_the_last_one_did() -> None:
+    # A handle filed from an empty context runs in an empty one; the core keeps that context
+    # for the next such run when it comes back empty and unreferenced. Whatever a run does (sets
+    # a variable, takes a copy, runs another handle inside itself), no other run sees it.
+    core = native.Core(lambda: None, 0.001, 64, 0.0, None)
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[tuple[str, str]] = []
+    copies: list[contextvars.Context] = []
+
+    def sets(name: str) -> None:
+        seen.append((name, var.get()))
+        var.set(name)
+
+    def copies_then_sets(name: str) -> None:
+        copies.append(contextvars.copy_context())
+        sets(name)
+
+    def resets(name: str) -> None:
+        token = var.set(name)
+        var.reset(token)  # empty again: the context may be kept
+        seen.append((name, var.get()))
+
+    nested = contextvars.Context().run(core.file, 1e6, sets, ("nested",), None)
+
+    def runs_a_handle_inside(name: str) -> None:
+        var.set(name)
+        nested._run()  # a pending handle's run, now, inside this one
+        seen.append((name, var.get()))
+
+    order = [
+        (sets, "a"), (sets, "b"), (resets, "c"), (sets, "d"), (copies_then_sets, "e"),
+        (sets, "f"), (runs_a_handle_inside, "g"), (sets, "h"), (resets, "i"), (sets, "j"),
+    ]  # fmt: skip
+    for i, (callback, name) in enumerate(order):
+        contextvars.Context().run(core.file, 0.001 * (i + 1), callback, (name,), None)
+    batch, fired, _, _ = core.advance(20, 0.02, 0.0, 0.0)
+    assert fired == len(order)
+    core.run(batch)
+    assert seen == [
+        ("a", "unset"), ("b", "unset"), ("c", "unset"), ("d", "unset"), ("e", "unset"),
+        ("f", "unset"), ("nested", "unset"), ("g", "g"), ("h", "unset"), ("i", "unset"),
+        ("j", "unset"),
+    ]  # fmt: skip
+    assert len(copies) == 1 and len(copies[0]) == 0  # the copy was taken before "e" set it
+    assert var.get() == "unset"  # and none of it reached the caller's context
+    assert nested.cancel()
+
+
 @pytest.mark.parametrize("pattern", ["interleaved", "descending", "random", "sorted"])
 def test_a_due_batch_is_in_deadline_order_and_equal_deadlines_in_filing_order(
     pattern: str,

@@ -117,7 +117,7 @@ core_rebase(CoreObject *c, PyObject *arg)
         return NULL;
     }
     harray out = {NULL, 0, 0};
-    if (wheel_drain(c, &out) < 0 || stable_sort(out.items, out.len, 1) < 0) {
+    if (wheel_drain(c, &out) < 0 || stable_sort(out.items, out.len) < 0) {
         core_set_epoch(c, epoch);
         for (Py_ssize_t i = 0; i < out.len; i++) {
             wheel_insert(c, out.items[i], tick_for(c, out.items[i]->when));

@@ -107,6 +107,25 @@ typedef struct {
     Py_ssize_t index;
 } heapitem;
 
+/* A handle with its place in a due batch: its deadline and filing stamp (wheel.c sorts these
+ * triples, not the handles, whose fields lie scattered in memory). */
+typedef struct {
+    double when;
+    uintptr_t seq;
+    HandleObject *h;
+} keyed;
+
+/* A growable array of them. */
+typedef struct {
+    keyed *items;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+} karray;
+
+/* The most entries of a due pass's arrays the module state keeps for the next pass (on GIL
+ * builds; 3 MB each): a larger batch's are freed after it. */
+#define SCRATCH_MAX ((Py_ssize_t)1 << 17)
+
 struct CoreObject {
     PyObject_HEAD
     /* the wheel */
@@ -176,6 +195,10 @@ struct CoreState {
     PyObject *str_context;
     PyObject *str_call_exception_handler;
     PyObject *str_call_soon;
+#ifndef Py_GIL_DISABLED
+    PyObject *spare_context; /* handle_call's empty context, kept for the next run (or NULL) */
+    karray scratch[2];       /* a due pass's two arrays, kept for the next pass (due.c) */
+#endif
 };
 
 /* Defined in module.c; core_new finds its module (its type's) through it. */

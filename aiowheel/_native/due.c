@@ -15,7 +15,10 @@
  *   before the last one processed raises ValueError here, where the driver just returns.
  * - core_run takes only handles, and replaces each by None in the batch once it has run (it is
  *   freed while still in the cache); its continuation calls Core.run again.
- * - Both passes ask the memory for the handle a few places ahead (prefetch_handle).
+ * - The walk over the wheel's due chains (wheel_advance, due_take) reads all it needs of a
+ *   handle and marks it DISPATCHED as it meets it; the sort and the list read only the
+ *   pass's (deadline, stamp, handle) array. core_run asks the memory for the handle a few
+ *   places ahead (prefetch_handle).
  */
 
 static PyObject *
@@ -44,6 +47,55 @@ handles_to_list(harray *a)
     return list;
 }
 
+/* Every handle of the pass back into the elapsed tick's bucket (due at the next advance), on
+ * a memory error: nothing is lost. */
+/* A pass's two arrays (the batch, the sort's other half) come from the module state and go
+ * back to it (GIL builds): a fresh array for each large batch cost more than the sort itself
+ * (the allocator hands memory that large back to the system, and each page of it faulted in
+ * again on the next batch's first touch). */
+static void
+duepass_borrow(CoreState *st, duepass *p, karray *tmp)
+{
+#ifndef Py_GIL_DISABLED
+    p->due = st->scratch[0];
+    *tmp = st->scratch[1];
+    st->scratch[0] = st->scratch[1] = (karray){NULL, 0, 0};
+#else
+    (void)st, (void)p, (void)tmp;
+#endif
+    p->due.len = 0;
+}
+
+static void
+duepass_free(CoreState *st, duepass *p, karray *tmp)
+{
+#ifndef Py_GIL_DISABLED
+    karray *keep[2] = {&p->due, tmp};
+    for (int i = 0; i < 2; i++) {
+        if (keep[i]->cap <= SCRATCH_MAX && st->scratch[i].items == NULL) {
+            st->scratch[i] = *keep[i];
+            keep[i]->items = NULL;
+        }
+    }
+#else
+    (void)st;
+#endif
+    PyMem_Free(tmp->items);
+    PyMem_Free(p->due.items);
+    PyMem_Free(p->early.items);
+}
+
+static void
+due_put_back(CoreObject *c, duepass *p)
+{
+    for (Py_ssize_t i = 0; i < p->due.len; i++) {
+        wheel_insert(c, p->due.items[i].h, c->elapsed);
+    }
+    for (Py_ssize_t i = 0; i < p->early.len; i++) {
+        wheel_insert(c, p->early.items[i], c->elapsed);
+    }
+}
+
 /* advance(now_tick, now, pass_floor, lateness) -> (due list | None, fired, first tick,
  * lateness): Driver._advance's loop over the wheel's due entries, for handles. */
 static PyObject *
@@ -57,9 +109,10 @@ core_advance(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
     if (now_tick == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    double now = PyFloat_AsDouble(args[1]);
-    double floor_ = PyFloat_AsDouble(args[2]);
-    double lateness = PyFloat_AsDouble(args[3]);
+    duepass p = {0};
+    p.now = PyFloat_AsDouble(args[1]);
+    p.floor_ = PyFloat_AsDouble(args[2]);
+    p.lateness = PyFloat_AsDouble(args[3]);
     if (PyErr_Occurred()) {
         return NULL;
     }
@@ -68,78 +121,48 @@ core_advance(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
                      now_tick, (long long)c->elapsed);
         return NULL;
     }
-    harray due = {NULL, 0, 0};
-    if (wheel_advance(c, now_tick, &due) < 0) {
-        PyObject *list = handles_to_list(&due); /* hand back what was found: fired below */
-        Py_XDECREF(list);
-        PyMem_Free(due.items);
-        return NULL;
+    PyObject *list = NULL;
+    karray tmp = {NULL, 0, 0};
+    duepass_borrow(c->state, &p, &tmp);
+    if (wheel_advance(c, now_tick, &p) < 0) {
+        goto fail;
     }
-    Py_ssize_t n = due.len;
+    /* Not due after all (float rounding put them a hair early): filed again from their exact
+     * deadlines. */
+    for (Py_ssize_t i = 0; i < p.early.len; i++) {
+        HandleObject *h = p.early.items[i];
+        int64_t tick = tick_for(c, h->when);
+        if (tick <= now_tick) {
+            tick = now_tick + 1;
+        }
+        wheel_insert(c, h, tick < NEVER_TICK ? tick : NEVER_TICK - 1);
+    }
+    p.early.len = 0;
+    Py_ssize_t n = p.due.len;
+    keyed *sorted = p.due.items;
     if (n > 1) {
-        double last = -INFINITY;
-        uintptr_t last_seq = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            double when = due.items[i]->when;
-            if (when < last || (when == last && due.items[i]->seq < last_seq)) {
-                if (stable_sort(due.items, n, 1) < 0) {
-                    goto fail;
-                }
-                break;
-            }
-            last = when;
-            last_seq = due.items[i]->seq;
+        sorted = sort_keyed(p.due.items, n, &tmp);
+        if (sorted == NULL) {
+            goto fail;
         }
     }
-    Py_ssize_t fired = 0;
-    int64_t first_tick = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (i + PREFETCH_AHEAD < n) {
-            prefetch_handle(due.items[i + PREFETCH_AHEAD]);
-        }
-        HandleObject *h = due.items[i];
-        double when = h->when;
-        if (when > now) {
-            /* Not due after all (float rounding put it a hair early): file it again from its
-             * exact deadline. */
-            int64_t tick = tick_for(c, when);
-            if (tick <= now_tick) {
-                tick = now_tick + 1;
-            }
-            wheel_insert(c, h, tick < NEVER_TICK ? tick : NEVER_TICK - 1);
-            continue;
-        }
-        if (!fired) {
-            first_tick = h->tick;
-        }
-        if (now - when > lateness) {
-            double late = when >= floor_ ? now - when : now - floor_;
-            if (late > lateness) {
-                lateness = late;
-            }
-        }
-        h->tick = DISPATCHED;
-        due.items[fired++] = h;
-    }
-    due.len = fired;
-    PyObject *list;
-    if (fired) {
-        list = handles_to_list(&due);
+    if (n) {
+        list = PyList_New(n);
         if (list == NULL) {
-            PyMem_Free(due.items);
-            return NULL;
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyList_SET_ITEM(list, i, (PyObject *)sorted[i].h);
         }
     }
     else {
         list = Py_NewRef(Py_None);
     }
-    PyMem_Free(due.items);
-    return Py_BuildValue("(NnLd)", list, fired, (long long)first_tick, lateness);
+    duepass_free(c->state, &p, &tmp);
+    return Py_BuildValue("(NnLd)", list, n, (long long)p.first_tick, p.lateness);
 fail:
-    for (Py_ssize_t i = 0; i < n; i++) { /* back in, due at the next pass */
-        wheel_insert(c, due.items[i], c->elapsed);
-    }
-    PyMem_Free(due.items);
+    due_put_back(c, &p);
+    duepass_free(c->state, &p, &tmp);
     return NULL;
 }
 

@@ -692,6 +692,9 @@ core_module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->empty_context);
     Py_VISIT(st->get_running_loop);
     Py_VISIT(st->handle_repr);
+#ifndef Py_GIL_DISABLED
+    Py_VISIT(st->spare_context);
+#endif
     return 0;
 }
 
@@ -709,6 +712,13 @@ core_module_clear(PyObject *m)
     Py_CLEAR(st->str_context);
     Py_CLEAR(st->str_call_exception_handler);
     Py_CLEAR(st->str_call_soon);
+#ifndef Py_GIL_DISABLED
+    Py_CLEAR(st->spare_context);
+    for (int i = 0; i < 2; i++) {
+        PyMem_Free(st->scratch[i].items);
+        st->scratch[i] = (karray){NULL, 0, 0};
+    }
+#endif
     return 0;
 }
 
