@@ -177,18 +177,20 @@ core_run(CoreObject *c, PyObject *batch)
         return NULL;
     }
     Py_INCREF(batch);
+    held_t held = {NULL, 0}; /* the context the batch's runs from an empty context share */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
         if (i + PREFETCH_AHEAD < PyList_GET_SIZE(batch)) {
             prefetch_handle(PyList_GET_ITEM(batch, i + PREFETCH_AHEAD));
         }
         PyObject *item = PyList_GET_ITEM(batch, i);
         if (Py_TYPE(item) != c->state->handle_type) {
+            held_leave(c->state, &held);
             PyErr_SetString(PyExc_TypeError, "run() takes a list of handles");
             Py_DECREF(batch);
             return NULL;
         }
         Py_INCREF(item);
-        int status = handle_run(c->state, (HandleObject *)item);
+        int status = handle_run(c->state, (HandleObject *)item, &held);
         if (i < PyList_GET_SIZE(batch) && PyList_GET_ITEM(batch, i) == item) {
             /* Out of the batch as soon as it has run: a handle the batch held last is freed
              * here, while its cache lines are still in the cache (freed by the batch's own
@@ -199,6 +201,7 @@ core_run(CoreObject *c, PyObject *batch)
         }
         Py_DECREF(item);
         if (status < 0) {
+            held_leave(c->state, &held);
             Py_ssize_t size = PyList_GET_SIZE(batch);
             if (i + 1 < size) {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -230,6 +233,7 @@ core_run(CoreObject *c, PyObject *batch)
             return NULL;
         }
     }
+    held_leave(c->state, &held);
     Py_DECREF(batch);
     Py_RETURN_NONE;
 }

@@ -290,31 +290,78 @@ done:
     return status;
 }
 
-/* Run a callback in its context (steals the three references; context NULL: scheduled from
- * an empty context); -1 only for what must leave the loop (SystemExit, KeyboardInterrupt, or
- * a failing exception handler).
- *
- * A handle scheduled from an empty context runs in a fresh empty one, what a copy taken when
+/* A handle scheduled from an empty context runs in a fresh empty one, what a copy taken when
  * it was scheduled would have been, so nothing one run sets leaks into another. On GIL builds
  * the fresh context is kept for the next such run when it comes back as it went: still empty
  * and referenced by nothing else. No code can tell it from a new one (Python code reaches a
  * context only through a copy, contextvars.copy_context(), and a variable set in it leaves it
  * non-empty, so it is dropped), and a batch of such timers no longer allocates and frees a
- * context per callback (a quarter of a cheap callback's run). A run that starts while one is
- * under way (a callback running a handle itself) takes a new one, as the spare is in use. */
+ * context per callback. A run that starts while the spare is in use (a callback running a
+ * handle itself) takes a new one. */
+static PyObject *
+spare_take(CoreState *st)
+{
+#ifndef Py_GIL_DISABLED
+    PyObject *spare = st->spare_context;
+    if (spare != NULL) {
+        st->spare_context = NULL;
+        return spare;
+    }
+#else
+    (void)st;
+#endif
+    return PyContext_New();
+}
+
+/* A fresh context back after its run (the reference passes): kept, or let go. */
+static void
+spare_give(CoreState *st, PyObject *context)
+{
+#ifndef Py_GIL_DISABLED
+    if (st->spare_context == NULL && Py_REFCNT(context) == 1 &&
+        Py_TYPE(context)->tp_as_mapping->mp_length(context) == 0) {
+        st->spare_context = context;
+        return;
+    }
+#else
+    (void)st;
+#endif
+    Py_DECREF(context);
+}
+
+/* What a callback's call came to (`res` stolen): 0, or -1 only for what must leave the loop
+ * (SystemExit, KeyboardInterrupt, or a failing exception handler); any other exception goes
+ * to the loop's exception handler, outside the callback's context. */
+static int
+call_status(CoreState *st, HandleObject *h, PyObject *callback, PyObject *res)
+{
+    if (res != NULL) {
+        Py_DECREF(res);
+        return 0;
+    }
+    if (PyErr_ExceptionMatches(PyExc_SystemExit) ||
+        PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        return -1;
+    }
+    return report(st, h, callback);
+}
+
+static inline PyObject *
+call_now(PyObject *callback, PyObject *args)
+{
+    return PyObject_Vectorcall(callback, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args),
+                               NULL);
+}
+
+/* Run a callback in its context (steals the three references; context NULL or the shared
+ * empty one: scheduled from an empty context, so a fresh one). */
 static int
 handle_call(CoreState *st, HandleObject *h, PyObject *callback, PyObject *args,
             PyObject *context)
 {
     int fresh = context == NULL || context == st->empty_context;
     if (fresh) {
-#ifndef Py_GIL_DISABLED
-        PyObject *spare = st->spare_context;
-        st->spare_context = NULL;
-        Py_XSETREF(context, spare != NULL ? spare : PyContext_New());
-#else
-        Py_XSETREF(context, PyContext_New());
-#endif
+        Py_XSETREF(context, spare_take(st));
         if (context == NULL) {
             Py_DECREF(callback);
             Py_DECREF(args);
@@ -323,40 +370,63 @@ handle_call(CoreState *st, HandleObject *h, PyObject *callback, PyObject *args,
     }
     PyObject *res = NULL;
     if (PyContext_Enter(context) == 0) {
-        res = PyObject_Vectorcall(callback, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args),
-                                  NULL);
+        res = call_now(callback, args);
         PyContext_Exit(context);
     }
-    int status = 0;
-    if (res == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_SystemExit) ||
-            PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
-            status = -1;
-        }
-        else {
-            status = report(st, h, callback);
-        }
+    if (fresh) {
+        spare_give(st, context);
     }
     else {
-        Py_DECREF(res);
+        Py_DECREF(context);
     }
+    int status = call_status(st, h, callback, res);
     Py_DECREF(callback);
     Py_DECREF(args);
-#ifndef Py_GIL_DISABLED
-    if (fresh && st->spare_context == NULL && Py_REFCNT(context) == 1 &&
-        Py_TYPE(context)->tp_as_mapping->mp_length(context) == 0) {
-        st->spare_context = context; /* the reference passes to the state */
-        return status;
-    }
-#endif
-    Py_DECREF(context);
     return status;
 }
 
+/* The context a batch's runs from an empty context share (handle_run), with its reference
+ * count once entered. */
+typedef struct {
+    PyObject *context; /* entered; NULL: none held */
+    Py_ssize_t refs;
+} held_t;
+
+/* Leave the held context, if one is held (kept as the spare if it came back as it went). */
+static void
+held_leave(CoreState *st, held_t *held)
+{
+    PyObject *context = held->context;
+    if (context != NULL) {
+        held->context = NULL;
+        PyContext_Exit(context);
+        spare_give(st, context);
+    }
+}
+
+/* Whether the held context is as it was entered: the thread's current one, empty, and
+ * referenced by nothing new (checked before each reuse, so that what ran between two
+ * callbacks, a freed handle's finalizers included, counts too). */
+static inline int
+held_intact(const held_t *held)
+{
+    PyObject *context = held->context;
+    return Py_REFCNT(context) == held->refs && PyThreadState_GET()->context == context &&
+           Py_TYPE(context)->tp_as_mapping->mp_length(context) == 0;
+}
+
 /* The batch's run of a due handle: it ran, then its callback (nothing if it was cancelled
- * after it was dispatched). */
+ * after it was dispatched). `held` NULL: a run on its own (TimerHandle._run()).
+ *
+ * A batch runs its handles from an empty context in one fresh context entered once (held,
+ * left by held_leave at the end of the batch, before a handle with a context of its own, and
+ * before an exception is reported), not entered and left around each callback, for as long as
+ * each callback leaves it as it found it: empty, and referenced by nothing new. That is what
+ * entering a new empty context for each would have given it (a callback that sets a variable
+ * or keeps a reference makes the next one start in a new context); only C code watching
+ * context switches (3.14's PyContext_AddWatcher) sees fewer of them. */
 static int
-handle_run(CoreState *st, HandleObject *h)
+handle_run(CoreState *st, HandleObject *h, held_t *held)
 {
     PyObject *callback = NULL, *args = NULL, *context = NULL;
     Py_BEGIN_CRITICAL_SECTION(h->core); /* against a cancel() from another thread */
@@ -369,7 +439,39 @@ handle_run(CoreState *st, HandleObject *h)
         }
     }
     Py_END_CRITICAL_SECTION();
-    return callback == NULL ? 0 : handle_call(st, h, callback, args, context);
+    if (callback == NULL) {
+        return 0;
+    }
+    if (held == NULL || (context != NULL && context != st->empty_context)) {
+        if (held != NULL) {
+            held_leave(st, held);
+        }
+        return handle_call(st, h, callback, args, context);
+    }
+    Py_XDECREF(context);
+    if (held->context != NULL && !held_intact(held)) {
+        held_leave(st, held);
+    }
+    if (held->context == NULL) {
+        PyObject *fresh = spare_take(st);
+        if (fresh == NULL || PyContext_Enter(fresh) < 0) {
+            Py_XDECREF(fresh);
+            int status = call_status(st, h, callback, NULL);
+            Py_DECREF(callback);
+            Py_DECREF(args);
+            return status;
+        }
+        held->context = fresh;
+        held->refs = Py_REFCNT(fresh);
+    }
+    PyObject *res = call_now(callback, args);
+    if (res == NULL) {
+        held_leave(st, held); /* the exception is reported outside the callback's context */
+    }
+    int status = call_status(st, h, callback, res);
+    Py_DECREF(callback);
+    Py_DECREF(args);
+    return status;
 }
 
 /* TimerHandle._run() called by code, as on asyncio's handles (Home Assistant's
@@ -398,7 +500,7 @@ handle_run_method(HandleObject *h, PyObject *Py_UNUSED(ignored))
         dispatched = h->tick == DISPATCHED;
     }
     Py_END_CRITICAL_SECTION();
-    int status = dispatched ? handle_run(st, h)
+    int status = dispatched ? handle_run(st, h, NULL)
                  : callback == NULL ? 0
                                     : handle_call(st, h, callback, args, context);
     if (status < 0) {

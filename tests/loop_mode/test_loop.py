@@ -289,6 +289,39 @@ def test_handle_has_the_timerhandle_api(base: Base) -> None:
     run(base, main)
 
 
+def test_a_batch_from_an_empty_context_starts_each_callback_empty(base: Base) -> None:
+    # Timers filed from an empty context share one entered context within their batch for as
+    # long as each callback leaves it empty: one that sets a variable, or fails, makes the next
+    # start in a new one, and the loop's exception handler runs outside the failing callback's.
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[tuple[str, str]] = []
+
+    def sets(name: str) -> None:
+        seen.append((name, var.get()))
+        var.set(name)
+
+    def fails(name: str) -> None:
+        sets(name)
+        raise ValueError(name)
+
+    def handler(*args: Any) -> None:  # (loop, context); rloop 0.5 passes the context alone
+        seen.append(("handler: " + str(args[-1]["exception"]), var.get()))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(handler)
+        when = loop.time() + 0.02
+        for callback, name in [(sets, "a"), (sets, "b"), (fails, "c"), (sets, "d"), (sets, "e")]:
+            contextvars.Context().run(loop.call_at, when, callback, name)
+        await asyncio.sleep(0.1)
+
+    run(base, main)
+    assert seen == [
+        ("a", "unset"), ("b", "unset"), ("c", "unset"), ("handler: c", "unset"),
+        ("d", "unset"), ("e", "unset"),
+    ]  # fmt: skip
+
+
 def test_callbacks_run_in_their_context_in_deadline_order(base: Base) -> None:
     var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
 
