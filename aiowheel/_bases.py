@@ -148,6 +148,7 @@ RECORDS: Final[tuple[Base, ...]] = (
             "more) and in one run of 20,000 here (168, by up to 0.9 ms; none in 9 runs after): "
             "the millisecond pad",
             "its call_soon returns no handle (0.2)",
+            "its close() closes a running loop (0.2; loop mode refuses, as asyncio does)",
             "it subclasses asyncio.AbstractEventLoopPolicy at import, deprecated from 3.14 "
             "(its warning is silenced at import)",
         ),
