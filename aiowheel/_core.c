@@ -48,10 +48,12 @@
  * (multi-phase init, core.h), reached on hot paths through a pointer each Core keeps, never
  * looked up per call. What stays process-wide says why where it is declared.
  *
- * Handles are not tracked by the garbage collector and, on GIL builds, come from a free list;
- * the Core is tracked, and its traverse reports every pending handle's callback, args and
- * context (its clear drains them), so a loop dropped unclosed with timers pending is still
- * collected.
+ * Handles are not tracked by the garbage collector while the wheel has them and, on GIL
+ * builds, come from a free list; the Core is tracked, and its traverse reports every pending
+ * handle's callback, args and context (its clear drains them), so a loop dropped unclosed with
+ * timers pending is still collected. A handle that has run and is still held elsewhere is
+ * tracked from then on (handle.c, handle_keep), so a cycle through it is collected as one
+ * through asyncio's own handle is.
  *
  * Free-threading (3.13t+, Py_GIL_DISABLED). The state a Core owns is only touched from its
  * methods, its handles' cancel() and their run, so one per-Core critical section

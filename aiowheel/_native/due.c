@@ -199,6 +199,9 @@ core_run(CoreObject *c, PyObject *batch)
             PyList_SET_ITEM(batch, i, Py_NewRef(Py_None));
             Py_DECREF(item);
         }
+        if (Py_REFCNT(item) > 1) {
+            handle_keep((HandleObject *)item); /* held elsewhere after its run */
+        }
         Py_DECREF(item);
         if (status < 0) {
             held_leave(c->state, &held);

@@ -9,8 +9,9 @@
  *   entry the wheel links): C can store the wheel's fields (links, tick, Core) over asyncio's
  *   own slots (see HandleObject in core.h), so a handle is asyncio's size and a walk of a
  *   bucket touches nothing else.
- * - Handles are not tracked by the garbage collector (the Core reports what a pending one
- *   holds) and, on GIL builds, come from a free list (core.h).
+ * - Handles are not tracked by the garbage collector while the wheel has them (the Core
+ *   reports what a pending one holds; one that has run and is still held is tracked, see
+ *   handle_keep) and, on GIL builds, come from a free list (core.h).
  * - A handle asks its Core directly (under the Core's critical section) instead of going
  *   through the driver's Owner interface; the driver is asked only about a cancel() from
  *   another thread (its claim).
@@ -46,6 +47,9 @@ handle_new(PyTypeObject *type)
 static void
 handle_dealloc(HandleObject *h)
 {
+    if (PyObject_GC_IsTracked((PyObject *)h)) { /* it ran and was kept (handle_keep) */
+        PyObject_GC_UnTrack(h);
+    }
     /* asyncio's handles take weak references (few do: with the GIL the call is skipped while
      * the list is empty; on a free-threaded build the list is CPython's to read). */
 #ifdef Py_GIL_DISABLED
@@ -79,8 +83,11 @@ handle_dealloc(HandleObject *h)
     }
 }
 
-/* Never called by the collector (handles are not tracked: the Core reports what a pending one
- * holds); gc.get_referents reads it. */
+/* A handle is not tracked by the collector while the wheel has it: the Core reports what a
+ * pending one holds, and a due batch's handles are freed as they run. One that has run and
+ * that something else still holds (a handle kept in an attribute of the object its callback is
+ * a method of: a cycle, collected on asyncio's own handles) is tracked from then on
+ * (handle_keep), and its traverse and clear are the collector's. */
 static int
 handle_traverse(HandleObject *h, visitproc visit, void *arg)
 {
@@ -90,12 +97,25 @@ handle_traverse(HandleObject *h, visitproc visit, void *arg)
     return 0;
 }
 
-/* Never called either (not tracked); set so that asyncio's (inherited otherwise) never clears
- * its slots, where the wheel's fields are stored. */
+/* Only a handle that has run is tracked (above); what it holds is its own, not the wheel's. */
 static int
-handle_clear(HandleObject *Py_UNUSED(h))
+handle_clear(HandleObject *h)
 {
+    if (h->link.prev == NULL && h->tick != DISPATCHED) {
+        Py_CLEAR(h->callback);
+        Py_CLEAR(h->args);
+        Py_CLEAR(h->context);
+    }
     return 0;
+}
+
+/* A handle that has run, still held elsewhere: the collector sees it from now on (above). */
+static inline void
+handle_keep(HandleObject *h)
+{
+    if (h->tick == RAN && h->callback != NULL && !PyObject_GC_IsTracked((PyObject *)h)) {
+        PyObject_GC_Track(h);
+    }
 }
 
 /* The module state of a handle's type (a handle's type is always the module's own). */
@@ -503,6 +523,7 @@ handle_run_method(HandleObject *h, PyObject *Py_UNUSED(ignored))
     int status = dispatched ? handle_run(st, h, NULL)
                  : callback == NULL ? 0
                                     : handle_call(st, h, callback, args, context);
+    handle_keep(h); /* the caller holds it */
     if (status < 0) {
         return NULL;
     }

@@ -289,6 +289,39 @@ def test_handle_has_the_timerhandle_api(base: Base) -> None:
     run(base, main)
 
 
+def test_an_object_holding_its_own_timer_is_collected_once_the_timer_has_run(base: Base) -> None:
+    # `self._timer = loop.call_later(d, self._expire)`: once the timer has run, the object, its
+    # handle and the bound method are a cycle, which the collector frees on asyncio's own
+    # handles. The core's handles are untracked while the wheel has them; one that has run
+    # and is still held is tracked from then on. Both the loop's call_later and the Timer's.
+    import gc
+    import weakref
+
+    class Owner:
+        def __init__(self, schedule: Callable[..., asyncio.TimerHandle]) -> None:
+            self.ran = False
+            self.timer = schedule(0.01, self.expire)
+
+        def expire(self) -> None:
+            self.ran = True
+
+    async def main() -> list[bool]:
+        loop = asyncio.get_running_loop()
+        timer = wheel()
+        owners = [Owner(loop.call_later), Owner(timer.call_later), Owner(loop.call_later)]
+        kept = owners[2].timer
+        refs = [weakref.ref(owner) for owner in owners]
+        await asyncio.sleep(0.1)
+        assert all(owner.ran for owner in owners)
+        assert kept._callback == owners[2].expire  # a handle that ran keeps its callback
+        del owners
+        gc.collect()
+        return [ref() is None for ref in refs]
+
+    # The third is still held (through `kept`, in the main's frame until it returns): alive.
+    assert run(base, main) == [True, True, False]
+
+
 def test_a_batch_from_an_empty_context_starts_each_callback_empty(base: Base) -> None:
     # Timers filed from an empty context share one entered context within their batch for as
     # long as each callback leaves it empty: one that sets a variable, or fails, makes the next
