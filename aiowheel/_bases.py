@@ -149,6 +149,10 @@ RECORDS: Final[tuple[Base, ...]] = (
             "the millisecond pad",
             "its call_soon returns no handle (0.2)",
             "its close() closes a running loop (0.2; loop mode refuses, as asyncio does)",
+            "its run_in_executor returns a future without remove_done_callback, so "
+            "asyncio.wait_for on it fails (0.2)",
+            "virtual time (aiowheel.testing) does not see its worker threads and I/O as busy: "
+            "11 of the suite's virtual-clock tests fail over it, so it is not a virtual base",
             "it subclasses asyncio.AbstractEventLoopPolicy at import, deprecated from 3.14 "
             "(its warning is silenced at import)",
         ),
