@@ -97,6 +97,11 @@ prefetch_handle(const void *h)
 #if defined(__GNUC__) || defined(__clang__)
     __builtin_prefetch((const char *)h - 16, 1);
     __builtin_prefetch((const char *)h + 63, 1);
+#if PY_VERSION_HEX >= 0x030C0000
+    /* From 3.12 the weak reference list is in a pre-header before the GC header (asyncio's
+     * Handle has __weakref__), which the dealloc reads: on the cache line before. */
+    __builtin_prefetch((const char *)h - 32, 1);
+#endif
 #else
     (void)h;
 #endif
