@@ -47,8 +47,6 @@ handles_to_list(harray *a)
     return list;
 }
 
-/* Every handle of the pass back into the elapsed tick's bucket (due at the next advance), on
- * a memory error: nothing is lost. */
 /* A pass's two arrays (the batch, the sort's other half) come from the module state and go
  * back to it (GIL builds): a fresh array for each large batch cost more than the sort itself
  * (the allocator hands memory that large back to the system, and each page of it faulted in
@@ -85,6 +83,8 @@ duepass_free(CoreState *st, duepass *p, karray *tmp)
     PyMem_Free(p->early.items);
 }
 
+/* Every handle of the pass back into the elapsed tick's bucket (due at the next advance), on
+ * a memory error: nothing is lost. */
 static void
 due_put_back(CoreObject *c, duepass *p)
 {
