@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import logging
 import math
 import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Coroutine
 from fractions import Fraction
 from typing import Any
@@ -294,9 +296,6 @@ def test_an_object_holding_its_own_timer_is_collected_once_the_timer_has_run(bas
     # handle and the bound method are a cycle, which the collector frees on asyncio's own
     # handles. The core's handles are untracked while the wheel has them; one that has run
     # and is still held is tracked from then on. Both the loop's call_later and the Timer's.
-    import gc
-    import weakref
-
     class Owner:
         def __init__(self, schedule: Callable[..., asyncio.TimerHandle]) -> None:
             self.ran = False
