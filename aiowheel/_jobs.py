@@ -81,6 +81,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -127,6 +128,11 @@ class Jobs:
             self.recheck = True
             return True
         return False
+
+    def close(self) -> None:
+        """Release what the jobs hold outside Python: the resolver pool's ``/proc`` files."""
+        if self.pool is not None:
+            self.pool.close()
 
     def end(self, job: _Job) -> None:
         """``job``'s result is back on the loop (or its waiter gave up on it)."""
@@ -202,6 +208,7 @@ _PARK_GRACE: Final = 0.05  # real seconds a job's thread waits on another thread
 PARK_POLL: Final = 0.01  # real seconds between two looks while threads hold the clock
 _TASKS: Final = "/proc/self/task"
 _SETTLE: Final = 0.25  # seconds after a change of the thread count before a listing is trusted
+_WORKER = b"libuv-worker"  # the name libuv's pool threads give themselves (``comm``)
 
 
 class _Sampler:
@@ -217,7 +224,7 @@ class _Sampler:
         it is gone."""
         try:
             with open(f"{_TASKS}/{tid}/syscall", "rb") as file:
-                return file.read(32).split(b" ", 1)[0].strip().decode()
+                return _syscall_of(file.read(32))
         except OSError:
             return None
 
@@ -234,9 +241,8 @@ class _Sampler:
         """The thread's scheduler state (``R`` runnable, ``S`` asleep, ...), or None."""
         try:
             with open(f"{_TASKS}/{tid}/stat", "rb") as file:
-                stat = file.read()
-            return stat[stat.rindex(b")") + 2 :][:1].decode()
-        except (OSError, ValueError):
+                return _state_of(file.read())
+        except OSError:
             return None
 
     @staticmethod
@@ -339,10 +345,20 @@ class LibuvPool:
         self._threads = -1  # the thread count at the last listing
         self._settled = 0.0  # time.monotonic() from which a listing is trusted; 0.0: it is
         self._known: frozenset[str] = frozenset()  # the threads of the last trusted listing
-        self._watch: tuple[int, ...] = ()
+        # The threads watched: thread id -> its syscall and stat files, kept open and re-read
+        # with pread (a read at offset 0 is a fresh snapshot; a thread gone reads ESRCH, even
+        # if its id is reused): 3 us a look instead of 20 for an open and a read.
+        self._files: dict[int, tuple[int, int]] = {}
+        self._finalizer: Final = weakref.finalize(self, _close_files, self._files)
 
     def busy(self) -> bool:
-        """Whether a libuv worker of this process is at work now."""
+        """Whether a libuv worker of this process is at work now: in any system call but a
+        lock's wait, or in that wait but runnable. The loop's ``uv_queue_work`` wakes a worker
+        before it returns, but a wake-up queued to the other CPU completes only when that CPU
+        takes it (on a shared machine, milliseconds later): until then ``syscall`` still shows
+        the wait and ``stat`` already reads ``R``. Such a worker is at work, as
+        :meth:`_Sampler.waits_on_a_thread` reads a job's thread (read only without that: the
+        clock jumped over a resolve, once in a CI run of 3.14t)."""
         try:
             threads = os.stat(_TASKS).st_nlink  # 2 + the number of threads
         except OSError:
@@ -357,12 +373,19 @@ class LibuvPool:
             self._list(trusted)
             if trusted:
                 self._settled = 0.0
-        sampler = self._sampler
-        for tid in self._watch:
-            call = sampler.syscall(tid)
-            if call is not None and call not in sampler.lock_waits:
-                return True
+        lock_waits = self._sampler.lock_waits
+        for syscall, stat in self._files.values():
+            try:
+                call = _syscall_of(os.pread(syscall, 32, 0))
+                if call not in lock_waits or _state_of(os.pread(stat, 512, 0)) != "S":
+                    return True
+            except OSError:
+                continue  # the thread is gone (ESRCH): not at work
         return False
+
+    def close(self) -> None:
+        """Close the ``/proc`` files kept open (the loop closes; also when collected)."""
+        self._finalizer()
 
     def _list(self, trusted: bool) -> None:
         """List the threads to watch: the workers and, until a listing is ``trusted``, each
@@ -370,20 +393,20 @@ class LibuvPool:
         try:
             tids = os.listdir(_TASKS)
         except OSError:
-            self._watch = ()
+            _close_files(self._files)
             return
         names = self._names
         if len(names) > 4 * len(tids) + 64:
             names.clear()  # threads come and go: forget the ones gone
         known = self._known
         own = str(threading.get_native_id())
-        watch = []
+        watch: list[int] = []
         for tid in tids:
             worker = names.get(tid)
             if worker is None:
                 try:
                     with open(f"{_TASKS}/{tid}/comm", "rb") as file:
-                        worker = file.read().strip() == b"libuv-worker"
+                        worker = file.read().strip() == _WORKER
                 except OSError:
                     continue
                 if worker or trusted:
@@ -392,7 +415,49 @@ class LibuvPool:
                 watch.append(int(tid))
         if trusted:
             self._known = frozenset(tids)
-        self._watch = tuple(watch)
+        files = self._files
+        for gone in files.keys() - set(watch):
+            for fd in files.pop(gone):
+                os.close(fd)
+        if not self._finalizer.alive:
+            return  # closed: nothing is opened again
+        for number in watch:
+            if number not in files:
+                opened = _open_thread_files(number)
+                if opened is not None:
+                    files[number] = opened
+
+
+def _syscall_of(text: bytes) -> str:
+    """A ``/proc/<tid>/syscall`` reading's first field: the system call's number, or "running"
+    ("" if empty)."""
+    return text.split(b" ", 1)[0].strip().decode()
+
+
+def _state_of(stat: bytes) -> str | None:
+    """A ``/proc/<tid>/stat`` reading's scheduler state (``R``, ``S``, ...), or None."""
+    end = stat.rfind(b")")  # the name before it may hold spaces and parentheses
+    return stat[end + 2 : end + 3].decode() if end >= 0 else None
+
+
+def _open_thread_files(tid: int) -> tuple[int, int] | None:
+    """A thread's ``syscall`` and ``stat`` files, opened to be re-read; None if it is gone."""
+    try:
+        syscall = os.open(f"{_TASKS}/{tid}/syscall", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return syscall, os.open(f"{_TASKS}/{tid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        os.close(syscall)
+        return None
+
+
+def _close_files(files: dict[int, tuple[int, int]]) -> None:
+    """Close and forget every thread's files in ``files``."""
+    while files:
+        for fd in files.popitem()[1]:
+            os.close(fd)
 
 
 # -- where asyncio hands work to threads: wrapped on the loop ----------------------------------

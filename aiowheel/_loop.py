@@ -240,6 +240,8 @@ class _LoopMode:
                 watcher("closing", loop)
             with state.binding.thread.lock:  # never during a take-over
                 state.driver.shutdown(None, " (its event loop was closed)")
+            if state.virtual is not None:
+                state.virtual.close()
         super().close()  # type: ignore[misc]
 
     def set_debug(self, enabled: bool) -> None:

@@ -181,6 +181,11 @@ class VirtualClock:
         # again (the test reads the time the advance promised).
         self._held = False
 
+    def close(self) -> None:
+        """The loop closes: release what the clock holds outside Python (the ``/proc`` files
+        its resolver pool reads)."""
+        self._jobs.close()
+
     # -- reading -----------------------------------------------------------------------------
 
     @property

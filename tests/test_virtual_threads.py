@@ -12,6 +12,7 @@ deadlock, never time a run.
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import threading
 import time
@@ -341,3 +342,109 @@ def test_names_the_base_resolves_are_waited_for(base: Base) -> None:
     thread.join(BOUND * 2)
     assert result, "stuck"
     assert result[0] == [0.0] * 20
+
+
+# -- libuv's workers read off /proc (aiowheel._jobs.LibuvPool) ---------------------------------
+
+_NAME = "aiowheel-test-w"  # a worker name no real thread has (comm holds 15 bytes)
+
+
+class _Worker:
+    """A thread of the test's that names itself as libuv's workers do (under ``_NAME``, the
+    name the pool is told to look for) and then waits on a lock, as an idle worker waits on
+    its condition variable; or spins, as one at work."""
+
+    def __init__(self, spin: bool) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.stop = threading.Event()
+        self.tid = -1
+        named = threading.Event()
+
+        def run() -> None:
+            self.tid = threading.get_native_id()
+            with open(f"/proc/self/task/{self.tid}/comm", "w") as file:
+                file.write(_NAME)
+            named.set()
+            if spin:
+                while not self.stop.is_set():
+                    pass
+            else:
+                self.lock.acquire()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        assert named.wait(BOUND)
+
+    def end(self) -> None:
+        self.stop.set()
+        self.lock.release()
+        self.thread.join(BOUND)
+
+
+@pytest.fixture
+def sampler(monkeypatch: pytest.MonkeyPatch) -> _jobs._Sampler:
+    found = _jobs.process_sampler()
+    if found is None:
+        pytest.skip("threads cannot be read here (no /proc)")
+    monkeypatch.setattr(_jobs, "_WORKER", _NAME.encode())
+    return found
+
+
+def test_a_worker_woken_and_not_yet_running_is_at_work(
+    sampler: _jobs._Sampler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: only the system call was read, and a worker the loop had woken still showed the
+    # lock's wait until its CPU took the wake-up: the clock jumped over a resolve (3.14t CI).
+    worker = _Worker(spin=False)
+    pool = _jobs.LibuvPool(sampler)
+    try:
+        deadline = time.monotonic() + BOUND
+        while not sampler.waits_on_a_thread(worker.tid):  # until it is asleep on the lock
+            assert time.monotonic() < deadline, "the thread never blocked on the lock"
+            time.sleep(0.001)
+        assert not pool.busy()  # an idle worker: asleep in a lock's wait
+        monkeypatch.setattr(_jobs, "_state_of", lambda _stat: "R")  # woken, not yet running
+        assert pool.busy()
+    finally:
+        worker.end()
+        pool.close()
+
+
+def test_a_worker_at_work_holds_and_one_gone_does_not(sampler: _jobs._Sampler) -> None:
+    worker = _Worker(spin=True)
+    pool = _jobs.LibuvPool(sampler)
+    try:
+        assert pool.busy()
+        assert worker.tid in pool._files
+    finally:
+        worker.end()
+    # Gone: its files (kept open) read ESRCH, even before the pool lists the threads again.
+    assert not pool.busy()
+    files = [fd for pair in pool._files.values() for fd in pair]
+    pool.close()
+    assert pool._files == {}
+    for fd in files:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    assert not pool.busy()  # closed: nothing is opened again
+
+
+def test_a_virtual_loop_closes_its_worker_files(base: Base) -> None:
+    if _jobs.process_sampler() is None:
+        pytest.skip("threads cannot be read here (no /proc)")
+
+    async def resolve() -> _jobs.LibuvPool | None:
+        loop = asyncio.get_running_loop()
+        await loop.getaddrinfo("localhost", 80)
+        pool: _jobs.LibuvPool | None = loop._aiowheel.virtual._jobs.pool  # type: ignore[attr-defined]
+        if pool is not None:
+            pool.busy()  # lists the workers (libuv's pool is started by now)
+            assert pool._files
+        return pool
+
+    pool = testing.run(resolve(), base=base)
+    if pool is None:
+        return  # the base resolves through run_in_executor: no pool is watched
+    assert pool._files == {}
+    assert not pool._finalizer.alive
