@@ -48,14 +48,15 @@ thread is seen blocked in a lock's wait (the system call a ``Lock``, ``Condition
 ``Event``, ``Queue``, ``SimpleQueue`` or ``Future`` wait makes: ``futex`` on Linux, found
 once per process by watching two threads wait on a held lock) and using no CPU, look after
 look, for ``_PARK_GRACE`` (50 ms) of real time is *parked*, and the clock may move without
-it. Blocked means asleep, too (``S`` in ``stat``): a thread the loop has just woken is still
-inside the wait's system call until the scheduler runs it, but runnable from the moment it
-was woken, so a busy machine cannot make it look parked. Read off
-``/proc/self/task/<tid>/syscall``, ``stat`` and ``schedstat``, every ``PARK_POLL``
-(10 ms) while threads hold the clock. The thread counts again as soon as a look finds it
-running (woken: the loop's ``put`` makes it runnable before the loop can look idle again),
-so what it does next is waited for. A thread sleeping (``time.sleep``) or waiting on I/O
-(a socket, a file, a subprocess) is not blocked on a thread: it holds the clock as before.
+it. Blocked means asleep, too: a thread the loop has just woken still shows the wait's system
+call until its CPU takes the wake-up, but is runnable from the moment it was woken, so a busy
+machine cannot make it look parked. Read off ``/proc/self/task/<tid>/wchan`` (where a thread
+sleeps in the kernel; ``syscall`` and ``stat`` where that is hidden, see :class:`_Sampler`)
+and ``schedstat``, every ``PARK_POLL`` (10 ms) while threads hold the clock. The thread
+counts again as soon as a look finds it running (woken: the loop's ``put`` makes it runnable
+before the loop can look idle again), so what it does next is waited for. A thread sleeping
+(``time.sleep``) or waiting on I/O (a socket, a file, a subprocess) is not blocked on a
+thread: it holds the clock as before.
 Limits: the rule cannot tell *which* thread a parked job waits for, so a job waiting on a
 thread the loop did not start (a pool's own ``submit``, a thread of the program's own) that
 works in real time lets the clock go on after the grace (a job waiting on another *job*
@@ -75,6 +76,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import inspect
 import os
@@ -82,7 +84,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 __all__ = ["Jobs", "watch_executors"]
@@ -212,38 +214,45 @@ _WORKER = b"libuv-worker"  # the name libuv's pool threads give themselves (``co
 
 
 class _Sampler:
-    """Reads, for a thread of this process, whether it is blocked waiting on another thread
-    (in the system call a lock's wait makes: ``futex`` on Linux, found by :func:`_calibrate`)
-    and how much CPU it has used (``schedstat``)."""
+    """Reads, for a thread of this process, whether it is asleep in a lock's wait (blocked on
+    another thread) and how much CPU it has used (``schedstat``).
 
-    def __init__(self, lock_waits: frozenset[str]) -> None:
-        self.lock_waits = lock_waits
+    Asleep in a lock's wait is read from one of two sets of ``/proc`` files, the first that
+    :func:`_calibrate` finds usable: ``wchan``, where the kernel says a sleeping thread
+    sleeps (``futex_do_wait`` here) and ``0`` for one running or runnable (one read of 2 us);
+    else, where ``wchan`` is hidden (it reads ``0`` for every thread), ``syscall`` (in the
+    system call a lock's wait makes, ``futex`` on Linux) *and* ``stat`` (asleep, ``S``). A
+    thread just woken (a ``put``, a ``set``, libuv's ``uv_queue_work``) is not blocked: its
+    wake-up, queued to another CPU, completes only when that CPU takes it, on a busy machine
+    milliseconds later, and until then ``syscall`` still shows the wait; but ``wchan`` reads
+    ``0`` and ``stat`` ``R`` from the moment it was woken."""
+
+    def __init__(self, lock_waits: frozenset[str], lock_wchans: frozenset[bytes]) -> None:
+        self.lock_waits = lock_waits  # a lock's wait's system calls, as ``syscall`` names them
+        self.lock_wchans = lock_wchans  # where in the kernel such a wait sleeps; empty: hidden
+        # The files read, in the order asleep() takes their readings.
+        self.files: Final = ("wchan",) if lock_wchans else ("syscall", "stat")
+
+    def asleep(self, readings: Sequence[bytes]) -> bool:
+        """Whether a thread whose :attr:`files` read ``readings`` is asleep in a lock's wait."""
+        if self.lock_wchans:
+            return readings[0].strip() in self.lock_wchans
+        return _syscall_of(readings[0]) in self.lock_waits and _state_of(readings[1]) == "S"
 
     def syscall(self, tid: int) -> str | None:
         """The thread's system call as ``/proc`` names it: a number, or "running"; None if
         it is gone."""
         try:
-            with open(f"{_TASKS}/{tid}/syscall", "rb") as file:
-                return _syscall_of(file.read(32))
+            return _syscall_of(_read(tid, "syscall"))
         except OSError:
             return None
 
     def waits_on_a_thread(self, tid: int) -> bool:
-        """Whether the thread is blocked in a lock's wait now: in the system call a lock's
-        wait makes, *and* asleep. A thread the loop has just woken (a ``put``, a ``set``)
-        is still inside that system call until it is scheduled, which on a busy machine may
-        take a while, but it is runnable (``R``) from the moment it was woken: it is not
-        blocked, and what it does next is waited for."""
-        return self.syscall(tid) in self.lock_waits and self.state(tid) == "S"
-
-    @staticmethod
-    def state(tid: int) -> str | None:
-        """The thread's scheduler state (``R`` runnable, ``S`` asleep, ...), or None."""
+        """Whether the thread is asleep in a lock's wait now (False if it is gone)."""
         try:
-            with open(f"{_TASKS}/{tid}/stat", "rb") as file:
-                return _state_of(file.read())
+            return self.asleep([_read(tid, name) for name in self.files])
         except OSError:
-            return None
+            return False
 
     @staticmethod
     def cpu(tid: int) -> int | None:
@@ -289,7 +298,7 @@ def _calibrate() -> _Sampler | None:
     (one with a timeout, as ``Condition.wait(timeout)`` does), read through ``/proc``."""
     if not sys.platform.startswith("linux"):
         return None
-    probe = _Sampler(frozenset())
+    probe = _Sampler(frozenset(), frozenset())
     if probe.syscall(threading.get_native_id()) is None:
         return None
     held = threading.Lock()
@@ -307,6 +316,7 @@ def _calibrate() -> _Sampler | None:
     for thread in threads:
         thread.start()
     found: set[str] = set()
+    wchans: set[bytes] = set()
     try:
         ready.wait()
         deadline = time.monotonic() + 2.0
@@ -314,13 +324,19 @@ def _calibrate() -> _Sampler | None:
             calls = [probe.syscall(tid) for tid in tids]
             if all(call is not None and call.isdigit() for call in calls):
                 found = {call for call in calls if call is not None}
+                # Asleep now (a system call is read only from a thread inactive).
+                with contextlib.suppress(OSError):
+                    wchans = {_read(tid, "wchan").strip() for tid in tids}
                 break
             time.sleep(0.001)
     finally:
         held.release()
         for thread in threads:
             thread.join()
-    return _Sampler(frozenset(found)) if found else None
+    if not found:
+        return None
+    hidden = not wchans or any(not name or name.isdigit() for name in wchans)
+    return _Sampler(frozenset(found), frozenset() if hidden else frozenset(wchans))
 
 
 class LibuvPool:
@@ -345,20 +361,17 @@ class LibuvPool:
         self._threads = -1  # the thread count at the last listing
         self._settled = 0.0  # time.monotonic() from which a listing is trusted; 0.0: it is
         self._known: frozenset[str] = frozenset()  # the threads of the last trusted listing
-        # The threads watched: thread id -> its syscall and stat files, kept open and re-read
+        # The threads watched: thread id -> its files the sampler reads, kept open and re-read
         # with pread (a read at offset 0 is a fresh snapshot; a thread gone reads ESRCH, even
-        # if its id is reused): 3 us a look instead of 20 for an open and a read.
-        self._files: dict[int, tuple[int, int]] = {}
+        # if its id is reused): 2-3 us a read instead of 20 for an open and a read.
+        self._files: dict[int, tuple[int, ...]] = {}
         self._finalizer: Final = weakref.finalize(self, _close_files, self._files)
 
     def busy(self) -> bool:
-        """Whether a libuv worker of this process is at work now: in any system call but a
-        lock's wait, or in that wait but runnable. The loop's ``uv_queue_work`` wakes a worker
-        before it returns, but a wake-up queued to the other CPU completes only when that CPU
-        takes it (on a shared machine, milliseconds later): until then ``syscall`` still shows
-        the wait and ``stat`` already reads ``R``. Such a worker is at work, as
-        :meth:`_Sampler.waits_on_a_thread` reads a job's thread (read only without that: the
-        clock jumped over a resolve, once in a CI run of 3.14t)."""
+        """Whether a libuv worker of this process is at work now: not asleep in a lock's wait
+        (:meth:`_Sampler.asleep`). One the loop's ``uv_queue_work`` has woken is at work
+        from then on, even before its CPU takes the wake-up (read by the system call alone,
+        it was not: the clock jumped over a resolve once in a CI run of 3.14t)."""
         try:
             threads = os.stat(_TASKS).st_nlink  # 2 + the number of threads
         except OSError:
@@ -373,11 +386,10 @@ class LibuvPool:
             self._list(trusted)
             if trusted:
                 self._settled = 0.0
-        lock_waits = self._sampler.lock_waits
-        for syscall, stat in self._files.values():
+        sampler = self._sampler
+        for fds in self._files.values():
             try:
-                call = _syscall_of(os.pread(syscall, 32, 0))
-                if call not in lock_waits or _state_of(os.pread(stat, 512, 0)) != "S":
+                if not sampler.asleep([os.pread(fd, 512, 0) for fd in fds]):
                     return True
             except OSError:
                 continue  # the thread is gone (ESRCH): not at work
@@ -423,7 +435,7 @@ class LibuvPool:
             return  # closed: nothing is opened again
         for number in watch:
             if number not in files:
-                opened = _open_thread_files(number)
+                opened = _open_thread_files(number, self._sampler.files)
                 if opened is not None:
                     files[number] = opened
 
@@ -440,20 +452,26 @@ def _state_of(stat: bytes) -> str | None:
     return stat[end + 2 : end + 3].decode() if end >= 0 else None
 
 
-def _open_thread_files(tid: int) -> tuple[int, int] | None:
-    """A thread's ``syscall`` and ``stat`` files, opened to be re-read; None if it is gone."""
-    try:
-        syscall = os.open(f"{_TASKS}/{tid}/syscall", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return syscall, os.open(f"{_TASKS}/{tid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        os.close(syscall)
-        return None
+def _read(tid: int, name: str) -> bytes:
+    """A thread's ``/proc`` file ``name``, read whole (OSError if the thread is gone)."""
+    with open(f"{_TASKS}/{tid}/{name}", "rb") as file:
+        return file.read(512)
 
 
-def _close_files(files: dict[int, tuple[int, int]]) -> None:
+def _open_thread_files(tid: int, names: Sequence[str]) -> tuple[int, ...] | None:
+    """A thread's ``/proc`` files ``names``, opened to be re-read; None if it is gone."""
+    fds: list[int] = []
+    try:
+        for name in names:
+            fds.append(os.open(f"{_TASKS}/{tid}/{name}", os.O_RDONLY | os.O_CLOEXEC))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return tuple(fds)
+
+
+def _close_files(files: dict[int, tuple[int, ...]]) -> None:
     """Close and forget every thread's files in ``files``."""
     while files:
         for fd in files.popitem()[1]:

@@ -380,54 +380,76 @@ class _Worker:
         self.stop.set()
         self.lock.release()
         self.thread.join(BOUND)
+        deadline = time.monotonic() + BOUND  # join() returns before the kernel's thread is gone
+        while os.path.exists(f"/proc/self/task/{self.tid}"):
+            assert time.monotonic() < deadline, "the thread never ended"
+            time.sleep(0.001)
 
 
-@pytest.fixture
-def sampler(monkeypatch: pytest.MonkeyPatch) -> _jobs._Sampler:
+@pytest.fixture(params=["as calibrated", "without wchan"])
+def sampler(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> _jobs._Sampler:
+    """The process's sampler, and the same with ``wchan`` hidden (as some kernels hide it)."""
     found = _jobs.process_sampler()
     if found is None:
         pytest.skip("threads cannot be read here (no /proc)")
     monkeypatch.setattr(_jobs, "_WORKER", _NAME.encode())
+    if request.param == "without wchan":
+        return _jobs._Sampler(found.lock_waits, frozenset())
+    if not found.lock_wchans:
+        pytest.skip("this kernel hides wchan")
     return found
 
 
-def test_a_worker_woken_and_not_yet_running_is_at_work(
-    sampler: _jobs._Sampler, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Before: only the system call was read, and a worker the loop had woken still showed the
-    # lock's wait until its CPU took the wake-up: the clock jumped over a resolve (3.14t CI).
-    worker = _Worker(spin=False)
+def test_a_thread_woken_and_not_yet_running_is_not_asleep(sampler: _jobs._Sampler) -> None:
+    # Before: a libuv worker was read by its system call alone, and one the loop had woken
+    # still showed the lock's wait until its CPU took the wake-up: the clock jumped over a
+    # resolve (3.14t CI). What /proc shows of such a thread: wchan 0, the wait's system call
+    # and R; of one asleep in the wait: the wait's wchan, the same call and S.
+    call = sorted(sampler.lock_waits)[0].encode()
+    readings = {
+        "wchan": (b"0\n", b"futex_do_wait\n"),
+        "syscall": (call + b" 0x7f01 0x189 0x0\n",) * 2,
+        "stat": (b"4711 (libuv-worker) R 1 1", b"4711 (libuv-worker) S 1 1"),
+    }
+    woken = [readings[name][0] for name in sampler.files]
+    if sampler.lock_wchans:  # the calibrated kernel's own name of the wait
+        asleep = [b"%s\n" % sorted(sampler.lock_wchans)[0]]
+    else:
+        asleep = [readings[name][1] for name in sampler.files]
+    assert not sampler.asleep(woken)
+    assert sampler.asleep(asleep)
+
+
+def test_a_worker_asleep_at_work_and_gone(sampler: _jobs._Sampler) -> None:
+    idle = _Worker(spin=False)
     pool = _jobs.LibuvPool(sampler)
     try:
         deadline = time.monotonic() + BOUND
-        while not sampler.waits_on_a_thread(worker.tid):  # until it is asleep on the lock
+        while not sampler.waits_on_a_thread(idle.tid):  # until it is asleep on the lock
             assert time.monotonic() < deadline, "the thread never blocked on the lock"
             time.sleep(0.001)
         assert not pool.busy()  # an idle worker: asleep in a lock's wait
-        monkeypatch.setattr(_jobs, "_state_of", lambda _stat: "R")  # woken, not yet running
-        assert pool.busy()
+        working = _Worker(spin=True)
+        try:
+            assert pool.busy()  # a new thread: listed again (the count changed), and at work
+            files = [pool._files[worker.tid] for worker in (idle, working)]
+        finally:
+            working.end()
     finally:
-        worker.end()
-        pool.close()
-
-
-def test_a_worker_at_work_holds_and_one_gone_does_not(sampler: _jobs._Sampler) -> None:
-    worker = _Worker(spin=True)
-    pool = _jobs.LibuvPool(sampler)
-    try:
-        assert pool.busy()
-        assert worker.tid in pool._files
-    finally:
-        worker.end()
-    # Gone: its files (kept open) read ESRCH, even before the pool lists the threads again.
-    assert not pool.busy()
-    files = [fd for pair in pool._files.values() for fd in pair]
+        idle.end()
+    # Gone: their files, kept open, read ESRCH (not at work), even if the ids are reused.
+    for fds in files:
+        for fd in fds:
+            with pytest.raises(ProcessLookupError):
+                os.pread(fd, 512, 0)
     pool.close()
     assert pool._files == {}
-    for fd in files:
-        with pytest.raises(OSError):
-            os.fstat(fd)
+    for fds in files:
+        for fd in fds:
+            with pytest.raises(OSError):
+                os.fstat(fd)
     assert not pool.busy()  # closed: nothing is opened again
+    assert pool._files == {}
 
 
 def test_a_virtual_loop_closes_its_worker_files(base: Base) -> None:
