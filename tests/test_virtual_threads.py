@@ -352,12 +352,13 @@ _NAME = "aiowheel-test-w"  # a worker name no real thread has (comm holds 15 byt
 class _Worker:
     """A thread of the test's that names itself as libuv's workers do (under ``_NAME``, the
     name the pool is told to look for) and then waits on a lock, as an idle worker waits on
-    its condition variable; or spins, as one at work."""
+    its condition variable; or, ``at_work``, reads a pipe, as one at work waits for a DNS
+    reply (a thread waiting on I/O holds the clock). Made once it is in that wait."""
 
-    def __init__(self, spin: bool) -> None:
+    def __init__(self, at_work: bool) -> None:
         self.lock = threading.Lock()
         self.lock.acquire()
-        self.stop = threading.Event()
+        self.pipe = os.pipe()
         self.tid = -1
         named = threading.Event()
 
@@ -366,20 +367,33 @@ class _Worker:
             with open(f"/proc/self/task/{self.tid}/comm", "w") as file:
                 file.write(_NAME)
             named.set()
-            if spin:
-                while not self.stop.is_set():
-                    pass
+            if at_work:
+                os.read(self.pipe[0], 1)
             else:
                 self.lock.acquire()
 
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
         assert named.wait(BOUND)
+        sampler = _jobs.process_sampler()
+        assert sampler is not None
+        deadline = time.monotonic() + BOUND
+        while True:  # until it is in its wait (not running, not waiting for the GIL)
+            if at_work:
+                call = sampler.syscall(self.tid) or ""
+                if call.isdigit() and call not in sampler.lock_waits:
+                    break  # in the pipe's read
+            elif sampler.waits_on_a_thread(self.tid):
+                break
+            assert time.monotonic() < deadline, "the thread never reached its wait"
+            time.sleep(0.001)
 
     def end(self) -> None:
-        self.stop.set()
         self.lock.release()
+        os.write(self.pipe[1], b"x")
         self.thread.join(BOUND)
+        for fd in self.pipe:
+            os.close(fd)
         deadline = time.monotonic() + BOUND  # join() returns before the kernel's thread is gone
         while os.path.exists(f"/proc/self/task/{self.tid}"):
             assert time.monotonic() < deadline, "the thread never ended"
@@ -421,15 +435,11 @@ def test_a_thread_woken_and_not_yet_running_is_not_asleep(sampler: _jobs._Sample
 
 
 def test_a_worker_asleep_at_work_and_gone(sampler: _jobs._Sampler) -> None:
-    idle = _Worker(spin=False)
+    idle = _Worker(at_work=False)
     pool = _jobs.LibuvPool(sampler)
     try:
-        deadline = time.monotonic() + BOUND
-        while not sampler.waits_on_a_thread(idle.tid):  # until it is asleep on the lock
-            assert time.monotonic() < deadline, "the thread never blocked on the lock"
-            time.sleep(0.001)
         assert not pool.busy()  # an idle worker: asleep in a lock's wait
-        working = _Worker(spin=True)
+        working = _Worker(at_work=True)
         try:
             assert pool.busy()  # a new thread: listed again (the count changed), and at work
             files = [pool._files[worker.tid] for worker in (idle, working)]
