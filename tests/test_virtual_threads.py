@@ -480,3 +480,31 @@ def test_a_virtual_loop_closes_its_worker_files(base: Base) -> None:
         return  # the base resolves through run_in_executor: no pool is watched
     assert pool._files == {}
     assert not pool._finalizer.alive
+
+
+def test_where_wchan_is_hidden_the_system_call_and_state_serve(
+    base: Base, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Some kernels hide wchan (it reads 0 for every thread): the sampler then reads the system
+    # call and the state. Issue 48's deadlock and the resolves, end to end, that way.
+    found = _jobs.process_sampler()
+    if found is None:
+        pytest.skip("threads cannot be read here (no /proc)")
+    monkeypatch.setattr(_jobs, "_sampler_state", [_jobs._Sampler(found.lock_waits, frozenset())])
+    feed: list[Callable[[str], None]] = []
+    result: list[Any] = []
+
+    async def main() -> tuple[Any, list[float]]:
+        fed = await fed_after_a_timer("queue.Queue", "run_in_executor", feed)
+        return fed, await resolve_and_connect(5)
+
+    thread = threading.Thread(
+        target=lambda: result.append(testing.run(main(), base=base)), daemon=True
+    )
+    thread.start()
+    thread.join(BOUND)
+    if thread.is_alive():
+        feed[-1]("fed by the test")
+        thread.join(BOUND)
+        pytest.fail("deadlock: the clock waited for a thread that waited for the loop")
+    assert result == [(("fed", 1.0, True), [0.0] * 5)]
