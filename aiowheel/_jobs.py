@@ -353,7 +353,8 @@ class LibuvPool:
     since the last trusted listing (but the loop's own) is watched as if it were a worker, and
     the threads are listed again at each check; then the names are trusted. The price: a new
     thread of the program's own that runs (not waiting on a lock) holds the clock for at most
-    that long."""
+    that long. The watched threads' files stay open between looks (re-read with ``pread``),
+    until a listing drops the thread or the loop closes."""
 
     def __init__(self, sampler: _Sampler) -> None:
         self._sampler = sampler

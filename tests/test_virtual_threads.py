@@ -447,7 +447,8 @@ def test_a_worker_asleep_at_work_and_gone(sampler: _jobs._Sampler) -> None:
             working.end()
     finally:
         idle.end()
-    # Gone: their files, kept open, read ESRCH (not at work), even if the ids are reused.
+    # Gone: their files, kept open, read ESRCH (not at work): an open file is the thread's,
+    # not its id's, so a new thread given the same id is not read through it.
     for fds in files:
         for fd in fds:
             with pytest.raises(ProcessLookupError):
