@@ -21,8 +21,12 @@
  *   stamp (sort_keyed, a natural merge sort of (deadline, stamp, handle) triples), where
  *   _wheel.py hands back entries in tick order (list.sort) and the driver then sorts by
  *   deadline: the same final order, in one sort, without a cache miss per comparison.
- * - Out of memory while advancing, the entries not yet handed back go into the elapsed tick's
- *   bucket (due at the next advance): nothing is lost.
+ * - Out of memory while advancing (the due array cannot grow), the entries not yet handed back
+ *   go into the elapsed tick's bucket (due at the next advance): nothing is lost. Not yet so
+ *   when the heap of expirations cannot grow (heap_push): walk_later and wheel_insert leave
+ *   the bucket unqueued, its handles filed but not woken for until that bucket is queued
+ *   again (wheel_insert's caller raises MemoryError all the same). Reserving the heap before
+ *   anything is linked would close it; a bound cheap for every `slots` is still to find.
  *
  * Everything here runs under the Core's critical section, which its callers take.
  */
