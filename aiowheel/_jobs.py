@@ -294,8 +294,11 @@ def process_sampler() -> _Sampler | None:
 
 
 def _calibrate() -> _Sampler | None:
-    """Which system calls a thread blocked on a lock is in: two threads wait on a held lock
-    (one with a timeout, as ``Condition.wait(timeout)`` does), read through ``/proc``."""
+    """Which system calls a thread blocked on a lock is in, and where in the kernel it sleeps
+    (``wchan``): two threads wait on a held lock (one with a timeout, as
+    ``Condition.wait(timeout)`` does), read through ``/proc``. ``wchan`` is used only if it
+    tells them from a third thread waiting on I/O (a pipe's read): a kernel that names every
+    sleep alike, or hides it (``0``), leaves the sampler to the system call and the state."""
     if not sys.platform.startswith("linux"):
         return None
     probe = _Sampler(frozenset(), frozenset())
@@ -303,8 +306,10 @@ def _calibrate() -> _Sampler | None:
         return None
     held = threading.Lock()
     held.acquire()
-    tids: list[int] = []
-    ready = threading.Barrier(3)
+    reading, feeding = os.pipe()
+    tids: list[int] = []  # the lock's two waiters
+    reader: list[int] = []  # the pipe's
+    ready = threading.Barrier(4)
 
     def wait(timeout: float) -> None:
         tids.append(threading.get_native_id())
@@ -312,30 +317,51 @@ def _calibrate() -> _Sampler | None:
         if held.acquire(timeout=timeout):
             held.release()
 
+    def read() -> None:
+        reader.append(threading.get_native_id())
+        ready.wait()
+        os.read(reading, 1)
+
     threads = [threading.Thread(target=wait, args=(t,), daemon=True) for t in (-1, 30.0)]
+    threads.append(threading.Thread(target=read, daemon=True))
     for thread in threads:
         thread.start()
     found: set[str] = set()
     wchans: set[bytes] = set()
+    io_wchan = b""
     try:
         ready.wait()
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
             calls = [probe.syscall(tid) for tid in tids]
-            if all(call is not None and call.isdigit() for call in calls):
+            io_call = probe.syscall(reader[0]) or ""
+            if (
+                all(call is not None and call.isdigit() for call in calls)
+                and io_call.isdigit()
+                and io_call not in calls
+            ):
                 found = {call for call in calls if call is not None}
                 # Asleep now (a system call is read only from a thread inactive).
                 with contextlib.suppress(OSError):
                     wchans = {_read(tid, "wchan").strip() for tid in tids}
+                    io_wchan = _read(reader[0], "wchan").strip()
                 break
             time.sleep(0.001)
     finally:
         held.release()
+        os.write(feeding, b"x")
         for thread in threads:
             thread.join()
+        os.close(reading)
+        os.close(feeding)
     if not found:
         return None
-    hidden = not wchans or any(not name or name.isdigit() for name in wchans)
+    hidden = (
+        not wchans
+        or any(not name or name.isdigit() for name in wchans)
+        or not io_wchan
+        or io_wchan in wchans
+    )
     return _Sampler(frozenset(found), frozenset() if hidden else frozenset(wchans))
 
 

@@ -509,3 +509,30 @@ def test_where_wchan_is_hidden_the_system_call_and_state_serve(
         thread.join(BOUND)
         pytest.fail("deadlock: the clock waited for a thread that waited for the loop")
     assert result == [(("fed", 1.0, True), [0.0] * 5)]
+
+
+@pytest.mark.parametrize("every_sleep_reads", [b"0\n", b"schedule\n"])
+def test_wchan_is_used_only_where_it_tells_a_lock_from_io(
+    every_sleep_reads: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A kernel that hides wchan (0) or names every sleep alike would read a thread in
+    # time.sleep or a socket's wait as blocked on a lock: the calibration falls back to the
+    # system call and the state there.
+    found = _jobs.process_sampler()
+    if found is None:
+        pytest.skip("threads cannot be read here (no /proc)")
+    read = _jobs._read
+
+    def reading(tid: int, name: str) -> bytes:
+        return every_sleep_reads if name == "wchan" else read(tid, name)
+
+    monkeypatch.setattr(_jobs, "_read", reading)
+    alike = _jobs._calibrate()
+    assert alike is not None
+    assert alike.lock_waits == found.lock_waits
+    assert alike.lock_wchans == frozenset()
+    assert alike.files == ("syscall", "stat")
+    monkeypatch.setattr(_jobs, "_read", read)
+    told = _jobs._calibrate()  # this kernel's own reading, as the process's sampler has it
+    assert told is not None
+    assert told.lock_wchans == found.lock_wchans
