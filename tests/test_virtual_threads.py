@@ -400,12 +400,21 @@ class _Worker:
             time.sleep(0.001)
 
 
-@pytest.fixture(params=["as calibrated", "without wchan"])
-def sampler(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> _jobs._Sampler:
-    """The process's sampler, and the same with ``wchan`` hidden (as some kernels hide it)."""
+@pytest.fixture
+def calibrated() -> _jobs._Sampler:
+    """The process's sampler (the test is skipped where threads cannot be read)."""
     found = _jobs.process_sampler()
     if found is None:
         pytest.skip("threads cannot be read here (no /proc)")
+    return found
+
+
+@pytest.fixture(params=["as calibrated", "without wchan"])
+def sampler(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, calibrated: _jobs._Sampler
+) -> _jobs._Sampler:
+    """The process's sampler, and the same with ``wchan`` hidden (as some kernels hide it)."""
+    found = calibrated
     monkeypatch.setattr(_jobs, "_WORKER", _NAME.encode())
     if request.param == "without wchan":
         return _jobs._Sampler(found.lock_waits, frozenset())
@@ -484,14 +493,12 @@ def test_a_virtual_loop_closes_its_worker_files(base: Base) -> None:
 
 
 def test_where_wchan_is_hidden_the_system_call_and_state_serve(
-    base: Base, monkeypatch: pytest.MonkeyPatch
+    base: Base, monkeypatch: pytest.MonkeyPatch, calibrated: _jobs._Sampler
 ) -> None:
     # Some kernels hide wchan (it reads 0 for every thread): the sampler then reads the system
     # call and the state. Issue 48's deadlock and the resolves, end to end, that way.
-    found = _jobs.process_sampler()
-    if found is None:
-        pytest.skip("threads cannot be read here (no /proc)")
-    monkeypatch.setattr(_jobs, "_sampler_state", [_jobs._Sampler(found.lock_waits, frozenset())])
+    hidden = _jobs._Sampler(calibrated.lock_waits, frozenset())
+    monkeypatch.setattr(_jobs, "_sampler_state", [hidden])
     feed: list[Callable[[str], None]] = []
     result: list[Any] = []
 
@@ -513,14 +520,12 @@ def test_where_wchan_is_hidden_the_system_call_and_state_serve(
 
 @pytest.mark.parametrize("every_sleep_reads", [b"0\n", b"schedule\n"])
 def test_wchan_is_used_only_where_it_tells_a_lock_from_io(
-    every_sleep_reads: bytes, monkeypatch: pytest.MonkeyPatch
+    every_sleep_reads: bytes, monkeypatch: pytest.MonkeyPatch, calibrated: _jobs._Sampler
 ) -> None:
     # A kernel that hides wchan (0) or names every sleep alike would read a thread in
     # time.sleep or a socket's wait as blocked on a lock: the calibration falls back to the
     # system call and the state there.
-    found = _jobs.process_sampler()
-    if found is None:
-        pytest.skip("threads cannot be read here (no /proc)")
+    found = calibrated
     read = _jobs._read
 
     def reading(tid: int, name: str) -> bytes:
