@@ -76,7 +76,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import contextvars
 import inspect
 import os
@@ -326,27 +325,9 @@ def _calibrate() -> _Sampler | None:
     threads.append(threading.Thread(target=read, daemon=True))
     for thread in threads:
         thread.start()
-    found: set[str] = set()
-    wchans: set[bytes] = set()
-    io_wchan = b""
     try:
         ready.wait()
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline:
-            calls = [probe.syscall(tid) for tid in tids]
-            io_call = probe.syscall(reader[0]) or ""
-            if (
-                all(call is not None and call.isdigit() for call in calls)
-                and io_call.isdigit()
-                and io_call not in calls
-            ):
-                found = {call for call in calls if call is not None}
-                # Asleep now (a system call is read only from a thread inactive).
-                with contextlib.suppress(OSError):
-                    wchans = {_read(tid, "wchan").strip() for tid in tids}
-                    io_wchan = _read(reader[0], "wchan").strip()
-                break
-            time.sleep(0.001)
+        found, wchans, io_wchan = _read_waiters(probe, tids, reader[0])
     finally:
         held.release()
         os.write(feeding, b"x")
@@ -363,6 +344,32 @@ def _calibrate() -> _Sampler | None:
         or io_wchan in wchans
     )
     return _Sampler(frozenset(found), frozenset() if hidden else frozenset(wchans))
+
+
+def _read_waiters(
+    probe: _Sampler, tids: list[int], reader: int
+) -> tuple[set[str], set[bytes], bytes]:
+    """What :func:`_calibrate`'s threads read once all are in their waits (2 s at most): the
+    lock's waiters' system calls and ``wchan``, and the pipe reader's ``wchan`` (empty sets
+    and ``b""`` where not read)."""
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        calls = [probe.syscall(tid) for tid in tids]
+        io_call = probe.syscall(reader) or ""
+        if (
+            all(call is not None and call.isdigit() for call in calls)
+            and io_call.isdigit()
+            and io_call not in calls
+        ):
+            # Asleep now (a system call is read only from a thread inactive).
+            try:
+                wchans = {_read(tid, "wchan").strip() for tid in tids}
+                io_wchan = _read(reader, "wchan").strip()
+            except OSError:
+                wchans, io_wchan = set(), b""
+            return {call for call in calls if call is not None}, wchans, io_wchan
+        time.sleep(0.001)
+    return set(), set(), b""
 
 
 class LibuvPool:
