@@ -86,7 +86,7 @@ class DueCallback:
 
     def __call__(self) -> None:
         """Run the timer's callback, unless it was cancelled after it came due."""
-        self._handle._run()
+        self._handle._run_due()
 
     def __getattr__(self, name: str) -> object:
         # asyncio.format_helpers reads __qualname__ (or __name__) for the name, and follows

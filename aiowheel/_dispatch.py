@@ -129,17 +129,19 @@ def merge(
     return merged, merged_whens
 
 
-def run_batch(batch: list[Any]) -> None:
-    """Run a batch of due callbacks (entries, core handles or both), in order, as one loop
-    callback: SystemExit or KeyboardInterrupt leaves the loop, as from any loop callback, and
-    the rest of the batch runs on the loop's next iteration."""
+def run_batch(batch: list[Any], loop: asyncio.AbstractEventLoop) -> None:
+    """Run a batch of due callbacks (entries, core handles or both), in order, as one callback
+    of ``loop``: SystemExit or KeyboardInterrupt leaves the loop, as from any loop callback,
+    and the rest of the batch runs on the loop's next iteration (the loop named, not the
+    running one: a loop driven by hand, its ``_run_once`` called with none running, has
+    none)."""
     for index, item in enumerate(batch):
         try:
-            item._run()
+            item._run_due()
         except BaseException:
             rest = batch[index + 1 :]
             if rest:
-                asyncio.get_running_loop().call_soon(run_batch, rest)
+                loop.call_soon(run_batch, rest, loop)
             raise
 
 
@@ -153,6 +155,7 @@ class Backlog:
     __slots__ = (
         "_at",
         "_items",
+        "_loop",
         "_native",
         "_now",
         "_queued",
@@ -174,6 +177,9 @@ class Backlog:
         self._native = True
         self._queued = False
         self._now: Callable[[], float] = _no_clock
+        # The loop it runs on, given with each pass (never asked of asyncio: a loop driven by
+        # hand has none running, and a backlog that asked could never queue itself again).
+        self._loop: asyncio.AbstractEventLoop | None = None
         # PACE; a test sets inf to see one chunk per iteration whatever the lateness.
         self.pace = PACE
 
@@ -208,13 +214,14 @@ class Backlog:
         callback already) or as a loop callback, unless one is queued. ``now`` reads the clock
         the deadlines are on."""
         self._now = now
+        self._loop = loop
         if self._queued:
             return
         if inline:
             self.run()
         else:
-            self._queued = True
             loop.call_soon(self.run)
+            self._queued = True
 
     def run(self) -> None:
         """Run the next ``max_batch`` callbacks (a loop callback, or inline in loop mode's
@@ -225,6 +232,8 @@ class Backlog:
         late (the module docstring).
         """
         self._queued = False
+        loop = self._loop
+        assert loop is not None  # set by schedule(), which queues or calls run()
         chunks = 1
         if self._at < len(self._whens):
             late = self._now() - self._whens[self._at]
@@ -249,14 +258,14 @@ class Backlog:
                 if native:
                     self._run_native(chunk)
                 else:
-                    run_batch(chunk)
+                    run_batch(chunk, loop)
                 chunks -= 1
                 if chunks <= 0:
                     return
         finally:
             if self.waiting() and not self._queued:
+                loop.call_soon(self.run)  # if it raises (a closed loop), nothing is queued
                 self._queued = True
-                asyncio.get_running_loop().call_soon(self.run)
 
     def to_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """Debug mode: every callback of the backlog a loop callback of its own, in order."""
@@ -299,7 +308,7 @@ class Dispatch:
         self._handles: Any = None
 
     def queue(self, entry: Timed) -> None:
-        """Run ``entry._run()`` in this pass's batch."""
+        """Run ``entry._run_due()`` in this pass's batch."""
         self._ready.append(entry)
         self._ready_when.append(entry._when)
         self._ready_seq.append(entry._seq)
@@ -357,6 +366,6 @@ class Dispatch:
             else:
                 loop.call_soon(self._run_handles, batch)
         elif inline:
-            run_batch(batch)
+            run_batch(batch, loop)
         else:
-            loop.call_soon(run_batch, batch)
+            loop.call_soon(run_batch, batch, loop)

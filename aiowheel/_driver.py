@@ -58,9 +58,9 @@ from . import _debug, _dispatch
 from ._entry import Timed
 from ._errors import PendingLimitError
 from ._grid import SHRINK
-from ._handles import EMPTY_CONTEXT, Call, Handle, TimerHandle
+from ._handles import EMPTY_CONTEXT, Call, Handle, TimerHandle, driven_by_hand
 from ._setup import NO_LIMIT, Setup
-from ._threads import FOREIGN_CANCEL, FREE_THREADED, get_ident
+from ._threads import FOREIGN_CANCEL, FREE_THREADED, get_ident, running_loop
 
 __all__ = ["NO_LIMIT", "Driver"]
 
@@ -305,6 +305,10 @@ class Driver(Setup):
         loop = self.binding.bound
         if loop is None:  # closed during the pass: what came due still runs
             loop = asyncio.get_running_loop()
+        elif running_loop() is None:
+            # Driven by hand (a test helper's or a drain loop's _run_once, with no loop
+            # running): where the batch's errors and rests go (aiowheel._handles).
+            driven_by_hand(loop)
         self._due.dispatch(loop, inline, self._debug, self._read)
 
     def _advance(self) -> None:

@@ -54,7 +54,7 @@ class Timed(_wheel.Entry):
         """The owner closed with this entry pending: cancel it, or fail it with ``exc``."""
         raise NotImplementedError
 
-    def _run(self) -> None:
+    def _run_due(self) -> None:
         """Run a callback that ``_fire`` queued with :meth:`Owner._queue`."""
         raise NotImplementedError
 
@@ -177,7 +177,7 @@ class Owner:
     # -- dispatch ------------------------------------------------------------------------------
 
     def _queue(self, entry: Timed) -> None:
-        """From ``_fire``: run ``entry._run()`` in this pass's batch of due callbacks."""
+        """From ``_fire``: run ``entry._run_due()`` in this pass's batch of due callbacks."""
         raise NotImplementedError
 
     def _create_task(

@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import asyncio.events  # mypyc names TimerHandle's base by its module: it must be imported
 import contextvars
+import threading
+import weakref
 from asyncio import format_helpers
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, Protocol
@@ -29,7 +31,16 @@ from . import _awaiting
 from ._build import mypyc_attr
 from ._entry import Owner, Timed
 
-__all__ = ["EMPTY_CONTEXT", "Handle", "Scheduled", "TimerHandle", "callback_repr", "handle_repr"]
+__all__ = [
+    "EMPTY_CONTEXT",
+    "Handle",
+    "Scheduled",
+    "TimerHandle",
+    "callback_repr",
+    "driven_by_hand",
+    "handle_repr",
+    "loop_of_callbacks",
+]
 
 # A snapshot of an empty context, shared by every callback scheduled from a context with no
 # variables set (the common case): saves one Context object per pending timer. Each run gets a
@@ -139,17 +150,26 @@ class TimerHandle(asyncio.TimerHandle):
     def _run(self) -> None:
         """Run the callback now, in its context, reporting an exception like the loop does.
 
-        Called by the wheel's batch once the timer is due, and, as on asyncio's handles, by
-        code that runs a handle itself (Home Assistant's ``async_fire_time_changed``): a
-        pending handle then stays pending, for ``cancel()`` to cancel or its deadline to run
-        again, and one that already ran runs again. A cancelled one does nothing."""
-        call = self._call
-        if call is None:
-            if self._cancelled:
-                return  # cancelled, before or after it came due
-        elif call._prev is None:  # handed over to run: the wheel's batch
-            self._call = None
-            self._scheduled = False
+        As on asyncio's handles, for code that runs a handle itself (Home Assistant's
+        ``async_fire_time_changed``): a pending handle stays pending, for ``cancel()`` to
+        cancel or its deadline to run again; one already handed to the wheel's batch still
+        runs there when its turn comes (or not at all if ``cancel()`` follows, which then
+        returns True), as a handle in asyncio's ``_ready`` does; one that already ran runs
+        again. A cancelled one does nothing. The batch's own run is :meth:`Call._run`."""
+        if self._cancelled:
+            return
+        self._run_callback()
+
+    def _ran_from_batch(self) -> None:
+        """The wheel's batch runs it: it leaves the batch, then its callback runs (nothing if
+        it was cancelled after it was handed to the batch)."""
+        if self._cancelled:
+            return
+        self._call = None
+        self._scheduled = False
+        self._run_callback()
+
+    def _run_callback(self) -> None:
         callback = self._callback
         args = self._args
         context = self._context
@@ -160,7 +180,7 @@ class TimerHandle(asyncio.TimerHandle):
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            asyncio.get_running_loop().call_exception_handler(
+            loop_of_callbacks().call_exception_handler(
                 {
                     "message": f"Exception in callback {callback_repr(callback)}",
                     "exception": exc,
@@ -210,8 +230,8 @@ class Call(Timed):
     def __repr__(self) -> str:
         return handle_repr(self._handle)  # debug mode's slow-callback report names it
 
-    def _run(self) -> None:
-        self._handle._run()
+    def _run_due(self) -> None:
+        self._handle._ran_from_batch()
 
     def _describe(self) -> tuple[str, object, object]:
         return self._handle._describe()
@@ -307,6 +327,35 @@ class Scheduled(Timed):
                 future.cancel()
             else:
                 future.set_exception(exc)
+
+
+# The loop whose wheel runs a pass in this thread with no loop running: a loop driven by hand
+# (its _run_once called by a test helper or a drain loop, as Home Assistant's helpers do), where
+# asyncio.get_running_loop() raises. A weak reference: a closed loop is not kept for it.
+_by_hand: Final = threading.local()
+
+
+def driven_by_hand(loop: asyncio.AbstractEventLoop) -> None:
+    """A wheel's pass runs on ``loop`` with no loop running in this thread (the loop driven by
+    hand): what its callbacks' errors and its batches' rests are handed to
+    (:func:`loop_of_callbacks`)."""
+    _by_hand.loop = weakref.ref(loop)
+
+
+def loop_of_callbacks() -> asyncio.AbstractEventLoop:
+    """The loop the wheel's due callbacks run on: the running loop, or with none running, the
+    loop whose pass runs by hand (:func:`driven_by_hand`); RuntimeError if neither.
+
+    Where a callback's exception is reported and where the rest of a batch goes after a
+    KeyboardInterrupt: asyncio's handles use their own ``_loop``, which the wheel's handles
+    do not keep (the native core's stores its links over it)."""
+    loop = asyncio._get_running_loop()
+    if loop is None:
+        ref: Any = getattr(_by_hand, "loop", None)
+        loop = None if ref is None else ref()
+        if loop is None:
+            raise RuntimeError("no running event loop")
+    return loop
 
 
 def callback_repr(callback: Callable[..., object]) -> str:

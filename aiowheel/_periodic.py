@@ -121,7 +121,7 @@ class _Runner(Timed):
         else:
             owner._queue(self)
 
-    def _run(self) -> None:
+    def _run_due(self) -> None:
         if not self._active():
             return
         context = self._context.copy()
@@ -310,11 +310,11 @@ class Watchdog(_Runner):
     def _active(self) -> bool:
         return self._state == "expired"
 
-    def _run(self) -> None:
+    def _run_due(self) -> None:
         if self._state != "firing":
             return  # cancelled after it came due
         self._state = "expired"
-        super()._run()
+        super()._run_due()
 
     def _describe(self) -> tuple[str, object, object]:
         return ("watchdog", self._callback, None)

@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from . import _build
 from ._entry import Timed
-from ._handles import EMPTY_CONTEXT, callback_repr
+from ._handles import EMPTY_CONTEXT, callback_repr, loop_of_callbacks
 from ._wheel import Entry, Wheel, entries_at
 
 __all__ = ["CORE_TICKS", "NativeStore", "Store", "load_native", "native", "store_for"]
@@ -58,7 +58,7 @@ def load_native() -> Any:
         from . import _core  # type: ignore[attr-defined,unused-ignore]
     except ImportError:  # pragma: no cover - setup.py builds it with the mypyc modules
         return None
-    _core.setup(callback_repr, EMPTY_CONTEXT, asyncio.get_running_loop)
+    _core.setup(callback_repr, EMPTY_CONTEXT, loop_of_callbacks)
     return _core
 
 

@@ -495,10 +495,12 @@ handle_run(CoreState *st, HandleObject *h, held_t *held)
 }
 
 /* TimerHandle._run() called by code, as on asyncio's handles (Home Assistant's
- * async_fire_time_changed runs the handles due by a time itself, then cancels them): a
- * dispatched handle runs as the batch runs it; a pending one runs now and stays pending (for
- * cancel() to cancel, or to run again at its deadline), and one that ran runs again, as
- * asyncio's _run() does; a cancelled one does nothing. Mirrors _handles.TimerHandle._run. */
+ * async_fire_time_changed runs the handles due by a time itself, then cancels them): the
+ * callback runs now and the handle stays as it was. A pending one stays pending (for cancel()
+ * to cancel, or to run again at its deadline); one handed to a due batch still runs there when
+ * its turn comes, or not at all if cancel() follows (which then returns True), as a handle in
+ * asyncio's _ready does; one that ran runs again, as asyncio's _run() does; a cancelled one
+ * does nothing. Mirrors _handles.TimerHandle._run. */
 static PyObject *
 handle_run_method(HandleObject *h, PyObject *Py_UNUSED(ignored))
 {
@@ -507,22 +509,35 @@ handle_run_method(HandleObject *h, PyObject *Py_UNUSED(ignored))
         return NULL;
     }
     PyObject *callback = NULL, *args = NULL, *context = NULL;
-    int dispatched = 0;
     Py_BEGIN_CRITICAL_SECTION(h->core);
-    if (h->link.prev != NULL || h->tick == RAN) {
+    if (h->link.prev != NULL || h->tick == RAN || h->tick == DISPATCHED) {
         if (h->callback != NULL && h->args != NULL) {
             callback = Py_NewRef(h->callback);
             args = Py_NewRef(h->args);
             context = Py_XNewRef(h->context);
         }
     }
-    else {
-        dispatched = h->tick == DISPATCHED;
-    }
     Py_END_CRITICAL_SECTION();
-    int status = dispatched ? handle_run(st, h, NULL)
-                 : callback == NULL ? 0
-                                    : handle_call(st, h, callback, args, context);
+    int status = callback == NULL ? 0 : handle_call(st, h, callback, args, context);
+    handle_keep(h); /* the caller holds it */
+    if (status < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* TimerHandle._run_due(): a due batch run by aiowheel._dispatch.run_batch (a batch with entries
+ * of the driver's too) or as a loop callback of its own (debug mode) runs it: it leaves the
+ * batch, then its callback runs, nothing if it was cancelled after it was dispatched (the
+ * entries' Timed._run_due). */
+static PyObject *
+handle_run_due(HandleObject *h, PyObject *Py_UNUSED(ignored))
+{
+    CoreState *st = handle_state(h);
+    if (st == NULL) {
+        return NULL;
+    }
+    int status = handle_run(st, h, NULL);
     handle_keep(h); /* the caller holds it */
     if (status < 0) {
         return NULL;
@@ -563,6 +578,7 @@ static PyMethodDef handle_methods[] = {
      "pending($self, /)\n--\n\nTrue while the handle is in a wheel (neither cancelled nor "
      "handed over to run)."},
     {"_run", (PyCFunction)handle_run_method, METH_NOARGS, NULL},
+    {"_run_due", (PyCFunction)handle_run_due, METH_NOARGS, NULL},
     {"_describe", (PyCFunction)handle_describe, METH_NOARGS, NULL},
     {"_abandon", (PyCFunction)handle_abandon, METH_O, NULL},
     {NULL, NULL, 0, NULL},
