@@ -218,4 +218,10 @@ static struct PyModuleDef core_module;
 static HandleObject *freelist = NULL;
 static int freelist_len = 0;
 
+/* Tests only (module.c's _fail_allocations): how many more attempts to grow a Core's heap of
+ * bucket expirations succeed before one fails with MemoryError (0: none is failed). Read only
+ * where the heap is allocated (wheel.c), never on a hot path; process-wide like the free list,
+ * and unsynchronized: a test sets it with no other thread filing. */
+static Py_ssize_t heap_fail_after = 0;
+
 #endif /* AIOWHEEL_NATIVE_CORE_H */

@@ -578,9 +578,31 @@ freelist_size(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
     return PyLong_FromLong(freelist_len);
 }
 
+/* _fail_allocations(n): for tests only. */
+static PyObject *
+fail_allocations(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "_fail_allocations(n): n must be >= 0");
+        return NULL;
+    }
+    Py_ssize_t before = heap_fail_after;
+    heap_fail_after = n;
+    return PyLong_FromSsize_t(before);
+}
+
 static PyMethodDef module_methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
     {"freelist_size", (PyCFunction)freelist_size, METH_NOARGS, NULL},
+    {"_fail_allocations", (PyCFunction)fail_allocations, METH_O,
+     "_fail_allocations($module, n, /)\n--\n\n"
+     "For tests only: the n-th attempt from now to grow a Core's heap of bucket expirations\n"
+     "fails with MemoryError (0: none does). Returns the count it replaces: still n if no\n"
+     "growth was attempted, 0 if the failure was spent (or none was set)."},
     {"running_loop", (PyCFunction)running_loop, METH_NOARGS, NULL},
     {"watch_time", (PyCFunction)watch_time, METH_O, NULL},
     {"watch_scheduled", (PyCFunction)(void (*)(void))watch_scheduled, METH_FASTCALL, NULL},

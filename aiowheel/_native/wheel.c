@@ -43,6 +43,10 @@ static int
 heap_push(CoreObject *c, int64_t expiration, Py_ssize_t index)
 {
     if (c->heap_len == c->heap_cap) {
+        if (heap_fail_after && --heap_fail_after == 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
         Py_ssize_t cap = c->heap_cap ? c->heap_cap * 2 : 16;
         heapitem *heap = PyMem_Realloc(c->heap, cap * sizeof(heapitem));
         if (heap == NULL) {
