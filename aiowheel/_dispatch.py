@@ -74,6 +74,15 @@ def when_of(item: Any) -> float:
     return when
 
 
+def _cancelled(item: Any) -> bool:
+    """Whether a due item (an entry, or a core handle) was cancelled after it came due: a
+    callback entry's handle says, as a core handle does; other entries never wait cancelled
+    (their cancel takes them out, or they run and do nothing)."""
+    shown = getattr(item, "_handle", item)
+    cancelled = getattr(shown, "cancelled", None)
+    return cancelled is not None and bool(cancelled())
+
+
 def in_deadline_order(due: list[Entry]) -> None:
     """Put a pass's due entries in deadline order, and timers of one deadline in the order
     they were filed (their stamps).
@@ -186,6 +195,12 @@ class Backlog:
     def waiting(self) -> bool:
         """Whether callbacks wait in the backlog."""
         return self._at < len(self._items)
+
+    def unrun(self) -> list[Any]:
+        """The callbacks waiting that have neither run nor been cancelled, in deadline order
+        (pending timers to :func:`aiowheel.pending_timers` and ``loop._scheduled``'s
+        readers: due, not yet run, and ``cancel()`` still stops them)."""
+        return [item for item in self._items[self._at :] if not _cancelled(item)]
 
     def add(self, items: list[Any], whens: list[float], native: bool) -> None:
         """Add a pass's due callbacks (in deadline order; ``native``: all core handles),
@@ -306,6 +321,11 @@ class Dispatch:
         self._ready_when: list[float] = []
         self._ready_seq: list[int] = []
         self._handles: Any = None
+
+    def waiting(self) -> list[Any]:
+        """The due callbacks waiting in the backlog, neither run nor cancelled (see
+        :meth:`Backlog.unrun`)."""
+        return self._backlog.unrun()
 
     def queue(self, entry: Timed) -> None:
         """Run ``entry._run_due()`` in this pass's batch."""

@@ -88,8 +88,9 @@ class Driver(Setup):
         return (len(store), self._fired, cancelled, self._wakeups, self._max_lateness, queued)
 
     def pending_timers(self) -> list[Any]:
-        """Every pending timer: the wheel's entries, then the core's handles."""
-        return self._store.entries() + self._store.handles()
+        """Every pending timer: the wheel's entries, the core's handles, then those due and
+        waiting in the backlog (``max_batch``) to run."""
+        return self._store.entries() + self._store.handles() + self._due.waiting()
 
     def origin_of(self, timer: object) -> tuple[str, object] | None:
         """Where ``timer`` was filed from, if origin tracking noted it."""
@@ -282,6 +283,16 @@ class Driver(Setup):
         return handle
 
     # -- the wake-up (aiowheel._reaper) and the pass it runs ---------------------------------------
+
+    def wake_up(self) -> object | None:
+        """The armed wake-up's handle (where the clock filed it: loop mode's base heap, the
+        virtual clock...); None when nothing is armed or a pass is due or runs."""
+        return self._reaper.wake_handle()
+
+    def rearm(self) -> None:
+        """File the wake-up again: loop mode's ``loop._scheduled`` found it taken off the
+        base loop's heap, or cancelled, by code that was not the wheel's (aiowheel._scheduled)."""
+        self._reaper.arm()
 
     def _arm(self) -> None:
         """File the one wake-up at the store's earliest bucket expiration (also the native

@@ -167,6 +167,10 @@ class Reaper:
         self.wake_time = when
         self._handle = clock.wake_at(when, self._drive if self._driven else self._wake)
 
+    def wake_handle(self) -> WakeHandle | None:
+        """The armed wake-up's handle; None when nothing is armed or a pass is due or runs."""
+        return None if self.armed == AWAKE else self._handle
+
     def awake(self) -> None:
         """A pass begins: no re-arming until it ends."""
         self._waiter = None

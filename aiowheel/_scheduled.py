@@ -47,12 +47,14 @@ found: what the first version of this module did, once per loop).
 from __future__ import annotations
 
 import asyncio
+import heapq
 import sys
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
 from . import _store
+from ._baseheap import WakeUp
 from ._clock import STATE_ATTRIBUTE
 from ._reaper import Reaper
 from ._view import View
@@ -66,15 +68,28 @@ _base_globals: tuple[dict[str, Any], ...] = (vars(sys.modules["asyncio.base_even
 
 
 def is_wake_up(handle: object) -> bool:
-    """Whether ``handle`` on a base heap is a wheel's wake-up (no timer of the program's)."""
+    """Whether ``handle`` on a base heap is a wheel's wake-up (no timer of the program's):
+    asyncio's :class:`~aiowheel._baseheap.WakeUp`, cancelled or not (asyncio's ``cancel()``
+    drops the callback), or another base's handle whose callback is a reaper's."""
+    if isinstance(handle, WakeUp):
+        return True
     callback = getattr(handle, "_callback", None)
     return isinstance(getattr(callback, "__self__", None), Reaper)
 
 
-def _asked_by_base() -> bool:
-    # The pure build's check: the frame of the code that called len(), iter() or `in`.
-    globals_ = sys._getframe(2).f_globals
+def _asked_by_base(depth: int = 2) -> bool:
+    # The frame of the code that called len(), iter(), `in`, [] (the pure build's slots), or
+    # one of Heap's methods below (both builds): the base loop's code, or a reader.
+    globals_ = sys._getframe(depth).f_globals
     return any(globals_ is known for known in _base_globals)
+
+
+def _refused(method: str) -> RuntimeError:
+    return RuntimeError(
+        f"loop._scheduled.{method} on a loop-mode loop: its timers are not all on the base "
+        "loop's heap, so it cannot be changed in place; cancel a handle to stop its timer "
+        "(handle.cancel()), or clear() to drop every pending timer, as on asyncio"
+    )
 
 
 class _PyHeapBase(list):  # type: ignore[type-arg]
@@ -97,6 +112,11 @@ class _PyHeapBase(list):  # type: ignore[type-arg]
             return list.__contains__(self, value)
         return value in self._seen()
 
+    def __getitem__(self, index: Any) -> Any:
+        if _asked_by_base():
+            return list.__getitem__(self, index)
+        return self._seen()[index]
+
     def _seen(self) -> list[Any]:
         raise NotImplementedError
 
@@ -118,16 +138,128 @@ class Heap(_HeapBase):  # type: ignore[misc]
         self._loop = weakref.ref(loop)
 
     def _seen(self) -> list[asyncio.TimerHandle]:
-        """What a reader sees: the heap's handles but wake-ups, and the wheel's, by deadline."""
+        """What a reader sees: the heap's handles but wake-ups, and the wheel's, by deadline
+        (those due and waiting in the wheel's backlog included)."""
         heap: list[asyncio.TimerHandle] = list(list.__iter__(self))
         seen = [handle for handle in heap if not is_wake_up(handle)]
+        driver = self._driver()
+        if driver is not None:
+            self._keep_woken(heap, driver)
+            seen += View(driver).handles()
+        seen.sort(key=_when)
+        return seen
+
+    def _driver(self) -> Any:
+        """The loop's driver once it drives and while the loop is open, else None."""
         loop: Any = self._loop()
         # The loop's state (aiowheel._loopstate, above this room): its driver, once it drives.
         state = getattr(loop, STATE_ATTRIBUTE, None)
         if state is not None and state.driving and not loop.is_closed():
-            seen += View(state.driver).handles()
-        seen.sort(key=_when)
-        return seen
+            return state.driver
+        return None
+
+    @staticmethod
+    def _keep_woken(heap: list[Any], driver: Any) -> None:
+        """File the wheel's wake-up again if code not the wheel's took it off the heap
+        (``heapq.heappop`` by hand) or cancelled it: every read of the heap by a reader heals
+        it, so a drain loop that reads ``loop._scheduled`` never waits on a lost wake-up.
+        asyncio's ``_run_once`` pops a due wake-up into ``_ready`` and marks it unscheduled:
+        that one is on its way, not lost."""
+        wake = driver.wake_up()
+        if not isinstance(wake, WakeUp):
+            return  # nothing armed, a pass runs, or the clock keeps its wake-ups elsewhere
+        if wake._cancelled or (
+            wake._scheduled  # type: ignore[attr-defined]
+            and not any(handle is wake for handle in heap)
+        ):
+            driver.rearm()
+
+    def clear(self) -> None:
+        """The base loop's ``close()``: the heap emptied. Any other code: every pending timer
+        dropped, as ``clear()`` drops every timer of asyncio's heap (none of them runs): the
+        heap's own emptied, the wheel's cancelled; the wheel's wake-up stays where it is, for
+        the timers filed after."""
+        if _asked_by_base():
+            list.clear(self)
+            return
+        driver = self._driver()
+        heap: list[Any] = list(list.__iter__(self))
+        wakes = [handle for handle in heap if isinstance(handle, WakeUp) and not handle._cancelled]
+        list.clear(self)
+        list.extend(self, wakes)
+        heapq.heapify(self)
+        if driver is not None:
+            for handle in View(driver).handles():
+                handle.cancel()
+            self._keep_woken(list(list.__iter__(self)), driver)
+
+    def copy(self) -> list[Any]:
+        """The list a reader sees (the base's code: the heap's)."""
+        if _asked_by_base():
+            return list.copy(self)
+        return self._seen()
+
+    def index(self, value: Any, *args: Any) -> int:
+        """As ``list.index``, of the list a reader sees."""
+        if _asked_by_base():
+            return list.index(self, value, *args)
+        return self._seen().index(value, *args)
+
+    def count(self, value: Any) -> int:
+        """As ``list.count``, of the list a reader sees."""
+        if _asked_by_base():
+            return list.count(self, value)
+        return self._seen().count(value)
+
+    def __reversed__(self) -> Iterator[Any]:
+        if _asked_by_base():
+            return list.__reversed__(self)
+        return reversed(self._seen())
+
+    def __eq__(self, other: object) -> bool:
+        if _asked_by_base():
+            return list.__eq__(self, other)
+        return self._seen() == other
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]  # a list's
+
+    # Changes in place that asyncio's heap survives only by luck (or not at all) are refused,
+    # with nothing changed: the wheel's timers are not on the heap, and its wake-up is.
+
+    def pop(self, *args: Any) -> Any:
+        """Refused to code not the base loop's (see :func:`_refused`)."""
+        if _asked_by_base():
+            return list.pop(self, *args)
+        raise _refused("pop()")
+
+    def remove(self, value: Any) -> None:
+        """Refused to code not the base loop's (see :func:`_refused`)."""
+        if _asked_by_base():
+            list.remove(self, value)
+            return
+        raise _refused("remove()")
+
+    def reverse(self) -> None:
+        """Refused to code not the base loop's (see :func:`_refused`)."""
+        if _asked_by_base():
+            list.reverse(self)
+            return
+        raise _refused("reverse()")
+
+    def __delitem__(self, index: Any) -> None:
+        if _asked_by_base():
+            list.__delitem__(self, index)
+            return
+        raise _refused("__delitem__ (del loop._scheduled[...])")
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if _asked_by_base():
+            list.__setitem__(self, index, value)
+            return
+        raise _refused("__setitem__ (loop._scheduled[...] = ...)")
 
     def __repr__(self) -> str:
         return repr(self._seen())
@@ -143,12 +275,17 @@ def install(loop: object) -> None:
     heap = getattr(loop, "_scheduled", None)  # not vars(): see the module docstring
     if type(heap) is not list:
         return
-    run_once = getattr(type(loop), "_run_once", None)
-    globals_ = getattr(run_once, "__globals__", None)
-    if isinstance(globals_, dict) and not any(globals_ is known for known in _base_globals):
-        _base_globals += (globals_,)
-        if _native is not None:
-            _native.watch_scheduled(_base_globals, replaced)
+    # Every _run_once of the base's classes: an app's subclass of a framework's loop whose
+    # _run_once calls super()._run_once() runs the framework's code too, which must see the
+    # heap as well (only the nearest one's module was registered: its parent's then measured
+    # the readers' list and popped the heap).
+    for cls in type(loop).__mro__:
+        run_once = vars(cls).get("_run_once")
+        globals_ = getattr(run_once, "__globals__", None)
+        if isinstance(globals_, dict) and not any(globals_ is known for known in _base_globals):
+            _base_globals += (globals_,)
+            if _native is not None:
+                _native.watch_scheduled(_base_globals, replaced)
     object.__setattr__(loop, "_scheduled", Heap(heap, loop))
 
 

@@ -5,9 +5,13 @@
  * truth, iteration and `in` are the list's own when the code asking is the base loop's (the
  * calling frame's globals are one of the dicts watch_scheduled() registered: asyncio's
  * base_events), and otherwise those of the list its `_seen()` method returns (every pending
- * timer, the wheel's included). Indexing, heapq's pushes and pops, clear() and everything else
- * are list's own, unchanged: only readers pay, and the base pays one pointer comparison per
- * len() or truth test, where a property or a Python __len__ would cost a call each.
+ * timer, the wheel's included); indexing and slicing too (a reader's `_scheduled[0]` is the
+ * earliest pending timer, and `_scheduled[:]` every one, never the wheel's wake-up, which a
+ * loop that cancels each handle of the slice cancelled: the wheel never woke again). heapq's
+ * pushes and pops are list's own, unchanged; the Python subclass answers the few methods a
+ * reader may call (clear(), copy()...). Only readers pay, and the base pays one pointer
+ * comparison per len(), truth test or `_scheduled[0]`, where a property or a Python __len__
+ * would cost a call each.
  *
  * A static type (stateless, like DoneType), subclassed in Python by aiowheel._scheduled.Heap,
  * which adds `_seen()` and the slots it reads: its dealloc and GC are list's and CPython's.
@@ -95,6 +99,21 @@ heap_contains(PyObject *self, PyObject *value)
     return found;
 }
 
+static PyObject *
+heap_subscript(PyObject *self, PyObject *index)
+{
+    if (asked_by_base()) {
+        return PyList_Type.tp_as_mapping->mp_subscript(self, index);
+    }
+    PyObject *seen = seen_by_readers(self);
+    if (seen == NULL) {
+        return NULL;
+    }
+    PyObject *item = PyObject_GetItem(seen, index);
+    Py_DECREF(seen);
+    return item;
+}
+
 /* The rest of each table is list's (PyType_Ready copies what is left NULL from the base). */
 static PySequenceMethods heap_as_sequence = {
     .sq_length = heap_length,
@@ -102,6 +121,7 @@ static PySequenceMethods heap_as_sequence = {
 };
 static PyMappingMethods heap_as_mapping = {
     .mp_length = heap_length,
+    .mp_subscript = heap_subscript,
 };
 
 static PyTypeObject ScheduledHeapType = {
