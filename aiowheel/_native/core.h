@@ -140,9 +140,9 @@ struct CoreObject {
     Py_ssize_t nbuckets;
     link_t *buckets;
     int64_t *queued;
-    heapitem *heap;
+    heapitem *heap;      /* one item per queued bucket, with room for all (wheel.c) */
     Py_ssize_t heap_len;
-    Py_ssize_t heap_cap;
+    Py_ssize_t heap_cap; /* nbuckets, once allocated */
     link_t never;
     int64_t elapsed;
     Py_ssize_t count;
@@ -218,10 +218,10 @@ static struct PyModuleDef core_module;
 static HandleObject *freelist = NULL;
 static int freelist_len = 0;
 
-/* Tests only (module.c's _fail_allocations): how many more attempts to grow a Core's heap of
- * bucket expirations succeed before one fails with MemoryError (0: none is failed). Read only
- * where the heap is allocated (wheel.c), never on a hot path; process-wide like the free list,
- * and unsynchronized: a test sets it with no other thread filing. */
+/* Tests only (module.c's _fail_allocations): which attempt from now to allocate a Core's heap
+ * of bucket expirations fails with MemoryError (1: the next; 0: none). Read only where the heap
+ * is allocated (wheel.c's heap_alloc, once per Core), never on a hot path; process-wide like the
+ * free list, and unsynchronized: a test sets it with no other thread making a Core. */
 static Py_ssize_t heap_fail_after = 0;
 
 #endif /* AIOWHEEL_NATIVE_CORE_H */

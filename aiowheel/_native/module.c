@@ -184,6 +184,8 @@ core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     c->buckets = PyMem_Malloc(c->nbuckets * sizeof(link_t));
     c->queued = PyMem_Malloc(c->nbuckets * sizeof(int64_t));
     if (c->buckets == NULL || c->queued == NULL) {
+        PyMem_Free(c->buckets); /* not yet linked up: core_clear must not walk them */
+        c->buckets = NULL;
         Py_DECREF(c);
         return PyErr_NoMemory();
     }
@@ -192,6 +194,10 @@ core_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         c->queued[i] = QUEUED_NONE;
     }
     c->never.prev = c->never.next = &c->never;
+    if (heap_alloc(c) < 0) { /* for every bucket: queuing one never fails (wheel.c) */
+        Py_DECREF(c);
+        return NULL;
+    }
     for (int n = 0; n < (int)sizeof(c->level_of); n++) {
         int level = (n > 0 ? n - 1 : 0) / bits;
         c->level_of[n] = (unsigned char)(level < levels ? level : levels - 1);
@@ -600,9 +606,10 @@ static PyMethodDef module_methods[] = {
     {"freelist_size", (PyCFunction)freelist_size, METH_NOARGS, NULL},
     {"_fail_allocations", (PyCFunction)fail_allocations, METH_O,
      "_fail_allocations($module, n, /)\n--\n\n"
-     "For tests only: the n-th attempt from now to grow a Core's heap of bucket expirations\n"
-     "fails with MemoryError (0: none does). Returns the count it replaces: still n if no\n"
-     "growth was attempted, 0 if the failure was spent (or none was set)."},
+     "For tests only: the n-th attempt from now to allocate (grow) a Core's heap of bucket\n"
+     "expirations fails with MemoryError (0: none does). The heap is allocated once, for\n"
+     "every bucket, when the Core is made. Returns the countdown it replaces: still n if no\n"
+     "allocation was attempted, 0 if the failure was spent (or none was set)."},
     {"running_loop", (PyCFunction)running_loop, METH_NOARGS, NULL},
     {"watch_time", (PyCFunction)watch_time, METH_O, NULL},
     {"watch_scheduled", (PyCFunction)(void (*)(void))watch_scheduled, METH_FASTCALL, NULL},

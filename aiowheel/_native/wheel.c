@@ -22,11 +22,26 @@
  *   _wheel.py hands back entries in tick order (list.sort) and the driver then sorts by
  *   deadline: the same final order, in one sort, without a cache miss per comparison.
  * - Out of memory while advancing (the due array cannot grow), the entries not yet handed back
- *   go into the elapsed tick's bucket (due at the next advance): nothing is lost. Not yet so
- *   when the heap of expirations cannot grow (heap_push): walk_later and wheel_insert leave
- *   the bucket unqueued, its handles filed but not woken for until that bucket is queued
- *   again (wheel_insert's caller raises MemoryError all the same). Reserving the heap before
- *   anything is linked would close it; a bound cheap for every `slots` is still to find.
+ *   go into the elapsed tick's bucket (due at the next advance): nothing is lost.
+ * - The heap of bucket expirations never grows: it is allocated for every bucket when the
+ *   Core is made (heap_alloc), so queuing a bucket cannot fail, and no insert, cascade or
+ *   advance has a memory error to undo (before, a heap that could not grow left a bucket
+ *   unqueued: a cascade's timer ran a level's turn late, and a call_later that raised
+ *   MemoryError had filed its handle all the same). The bound: the heap holds one item per
+ *   queued bucket. An item is pushed only for an expiration earlier than the bucket's queued
+ *   one, and never is while the bucket is queued: a bucket of level L is queued at the one
+ *   expiration of its slot within the level's window from `elapsed` (2**(bits*(L+1)) ticks),
+ *   which an advance only moves past expirations it has popped. So no item goes stale (Core.
+ *   check asserts it: each item is its bucket's queued expiration) and heap_len <= nbuckets =
+ *   levels x slots. Reserving instead, before anything is linked, needs as much at worst (one
+ *   cascade of a top-level bucket can queue every bucket of the levels below), and would keep
+ *   a failure path in every filing and every advance. The cost: 16 bytes a bucket, beside the
+ *   24 (a list head and a queued expiration) every bucket has already; 11 KiB for the default
+ *   64 slots (704 buckets), 64 MiB virtual for the most, 2**20 slots (4 Mi buckets, 96 MiB
+ *   already), of which only the pages the heap reaches are ever touched (an allocation that
+ *   large is mapped, not written: measured, a Core of 2**20 slots grows resident memory by the
+ *   buckets' 96 MiB alone). Should an item go stale all the same, heap_queue rebuilds the heap
+ *   from `queued` rather than grow it.
  *
  * Everything here runs under the Core's critical section, which its callers take.
  */
@@ -39,25 +54,28 @@ item_less(heapitem a, heapitem b)
     return a.expiration < b.expiration || (a.expiration == b.expiration && a.index < b.index);
 }
 
+/* A Core's heap, for every bucket (see the top); -1 with MemoryError if it cannot be had. The
+ * test hook's countdown (core.h) is read here, where the heap is allocated, and nowhere else. */
 static int
-heap_push(CoreObject *c, int64_t expiration, Py_ssize_t index)
+heap_alloc(CoreObject *c)
 {
-    if (c->heap_len == c->heap_cap) {
-        if (heap_fail_after && --heap_fail_after == 0) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        Py_ssize_t cap = c->heap_cap ? c->heap_cap * 2 : 16;
-        heapitem *heap = PyMem_Realloc(c->heap, cap * sizeof(heapitem));
-        if (heap == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        c->heap = heap;
-        c->heap_cap = cap;
+    if (heap_fail_after && --heap_fail_after == 0) {
+        PyErr_NoMemory();
+        return -1;
     }
-    heapitem item = {expiration, index};
-    Py_ssize_t pos = c->heap_len++;
+    c->heap = PyMem_Malloc((size_t)c->nbuckets * sizeof(heapitem));
+    if (c->heap == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->heap_cap = c->nbuckets;
+    c->heap_len = 0;
+    return 0;
+}
+
+static void
+heap_sift_up(CoreObject *c, Py_ssize_t pos, heapitem item)
+{
     while (pos > 0) {
         Py_ssize_t parent = (pos - 1) >> 1;
         if (!item_less(item, c->heap[parent])) {
@@ -67,7 +85,34 @@ heap_push(CoreObject *c, int64_t expiration, Py_ssize_t index)
         pos = parent;
     }
     c->heap[pos] = item;
-    return 0;
+}
+
+/* The heap made again from `queued`: an item for each queued bucket. Never needed while no
+ * item goes stale (see the top); it keeps heap_queue from needing more room if one did. */
+static void
+heap_rebuild(CoreObject *c)
+{
+    c->heap_len = 0;
+    for (Py_ssize_t i = 0; i < c->nbuckets; i++) {
+        if (c->queued[i] != QUEUED_NONE) {
+            heapitem item = {c->queued[i], i};
+            heap_sift_up(c, c->heap_len++, item);
+        }
+    }
+}
+
+/* Bucket `index` queued at `expiration` (earlier than its queued one): cannot fail, the heap
+ * has room for every bucket. */
+static void
+heap_queue(CoreObject *c, Py_ssize_t index, int64_t expiration)
+{
+    c->queued[index] = expiration;
+    if (c->heap_len == c->heap_cap) {
+        heap_rebuild(c); /* a stale item took a bucket's room: dropped (the new one included) */
+        return;
+    }
+    heapitem item = {expiration, index};
+    heap_sift_up(c, c->heap_len++, item);
 }
 
 static void
@@ -121,8 +166,8 @@ low_mask(int shift)
     return ~(((int64_t)1 << shift) - 1); /* -(1 << shift) */
 }
 
-/* Wheel.insert: the handle's reference is the wheel's from now on. -1 on a memory error (the
- * handle is then filed all the same, its bucket unqueued only if the heap could not grow). */
+/* Wheel.insert: the handle's reference is the wheel's from now on. Returns the expiration its
+ * bucket was queued at, or UNQUEUED if it was queued already; cannot fail (see the top). */
 static int64_t
 wheel_insert(CoreObject *c, HandleObject *h, int64_t tick)
 {
@@ -171,11 +216,7 @@ wheel_insert(CoreObject *c, HandleObject *h, int64_t tick)
     }
     link_tail(&c->buckets[index], &h->link);
     if (expiration < c->queued[index]) {
-        c->queued[index] = expiration;
-        if (heap_push(c, expiration, index) < 0) {
-            c->queued[index] = QUEUED_NONE;
-            return -1;
-        }
+        heap_queue(c, index, expiration);
         return expiration;
     }
     return UNQUEUED;
@@ -417,8 +458,8 @@ link_elapsed(CoreObject *c, link_t *l)
 {
     Py_ssize_t at = (Py_ssize_t)(c->elapsed & c->mask);
     link_tail(&c->buckets[at], l);
-    if (c->elapsed < c->queued[at] && heap_push(c, c->elapsed, at) == 0) {
-        c->queued[at] = c->elapsed;
+    if (c->elapsed < c->queued[at]) {
+        heap_queue(c, at, c->elapsed);
     }
 }
 
@@ -433,10 +474,7 @@ walk_later(CoreObject *c, HandleObject *h, int64_t level0_end)
         Py_ssize_t at = (Py_ssize_t)(tick & c->mask);
         link_tail(&c->buckets[at], l);
         if (tick < c->queued[at]) {
-            c->queued[at] = tick;
-            if (heap_push(c, tick, at) < 0) {
-                c->queued[at] = QUEUED_NONE;
-            }
+            heap_queue(c, at, tick);
         }
     }
     else {
@@ -599,6 +637,18 @@ core_check(CoreObject *c, PyObject *Py_UNUSED(ignored))
     if (c->heap_len > c->nbuckets) {
         return PyErr_Format(PyExc_AssertionError, "heap holds %zd items for %zd buckets",
                             c->heap_len, c->nbuckets);
+    }
+    for (Py_ssize_t k = 0; k < c->heap_len; k++) {
+        heapitem item = c->heap[k];
+        if (c->queued[item.index] != item.expiration) {
+            return PyErr_Format(PyExc_AssertionError,
+                                "heap item %zd: bucket %zd at %lld, queued at %lld", k,
+                                item.index, (long long)item.expiration,
+                                (long long)c->queued[item.index]);
+        }
+        if (k && item_less(item, c->heap[(k - 1) >> 1])) {
+            return PyErr_Format(PyExc_AssertionError, "heap item %zd before its parent", k);
+        }
     }
     Py_RETURN_NONE;
 }
