@@ -289,7 +289,11 @@ class VirtualClock:
         wake = _Wake(when, callback)
         heapq.heappush(self._wakes, (when, next(self._order), wake))
         if when <= self._now:
-            self._schedule_due()
+            # Due already: run from the next iteration's ready callbacks, where asyncio's
+            # _run_once moves a timer due by then, after the callbacks queued before it (a
+            # call_soon now ran it ahead of those queued later in this iteration: a task's
+            # next step that would have cancelled it came too late).
+            self._base_call_soon(self._schedule_due)
         else:
             self._want()
         return wake
