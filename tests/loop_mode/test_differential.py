@@ -256,7 +256,7 @@ def check_allowed(run: Run, tolerance: float) -> None:
     timed = [(ident, at) for ident, at, direct in run.runs if not direct]
     for ident, at in timed:
         assert at >= run.deadlines[ident], f"timer {ident} ran early: {at} < deadline"
-    for position, (a, a_at) in enumerate(timed):
+    for position, (a, _) in enumerate(timed):
         for b, b_at in timed[:position]:  # b ran before a
             if run.deadlines[a] + tolerance < run.deadlines[b] and run.filed_at[a] < b_at:
                 pytest.fail(f"timer {a} (deadline {run.deadlines[a]}) ran after {b} "
