@@ -256,8 +256,10 @@ def test_home_assistants_check_reports_the_users_timers_never_the_wheels_wake_up
         handle = loop.call_later(5, cb)  # a wheel timer: its wake-up is on the heap
         assert len(loop._scheduled) == 1  # type: ignore[attr-defined]
         assert home_assistant_lingering(loop) == [handle]  # the timer, as stock reports it
-        # the heap itself holds the wake-up (its first item, to code that indexes it)
-        assert "aiowheel wheel wake-up" in repr(loop._scheduled[0])  # type: ignore[attr-defined]
+        # indexing is the readers' list too (issue 59: a slice held the wake-up, and cancelling
+        # each of its handles wedged the wheel); the heap itself holds the wake-up
+        assert loop._scheduled[0] is handle  # type: ignore[attr-defined]
+        assert "aiowheel wheel wake-up" in repr(list.__getitem__(loop._scheduled, 0))  # type: ignore[attr-defined]
         handle.cancel()
         assert home_assistant_lingering(loop) == []  # nothing after the last timer is cancelled
         assert len(loop._scheduled) == 0  # type: ignore[attr-defined]
