@@ -145,3 +145,28 @@ def test_a_core_whose_heap_cannot_be_allocated_is_not_made() -> None:
     handle = core.file(5.0, print, (), None)
     core.check()
     assert handle.cancel() and len(core) == 0
+
+
+def test_a_filing_whose_wake_up_cannot_be_armed_files_nothing() -> None:
+    # Found beside defect 8: a filing that queued an earlier bucket called the driver's arm,
+    # and when that raised (here: the loop's own heap refusing the wake-up), the call raised
+    # with its handle filed all the same, to run later though its caller had an error.
+    class Refused(Exception):
+        pass
+
+    refuse = [True]
+
+    def arm() -> None:
+        if refuse[0]:
+            raise Refused
+
+    core = native.Core(arm, 0.001, 64, 0.0, lambda: 0.0)
+    core.set_armed(1 << 40)  # armed far ahead: any filing queues an earlier bucket and re-arms
+    ran: list[int] = []
+    with pytest.raises(Refused):
+        core.file(0.5, ran.append, (1,), None)
+    assert len(core) == 0
+    core.check()
+    refuse[0] = False
+    handle = core.file(0.5, ran.append, (2,), None)
+    assert len(core) == 1 and handle.pending()

@@ -99,6 +99,14 @@ core_file(CoreObject *c, double when, PyObject *callback, PyObject *const *args,
 #endif
     Py_INCREF(h); /* the wheel's */
     if (core_arm_if_earlier(c, wheel_insert(c, h, tick), when) < 0) {
+        /* The wake-up could not be armed (the driver's arm raised): the call raises, so the
+         * handle leaves the wheel again, as if never filed (its bucket, queued, is passed over
+         * empty). A handle filed though its call raised would run later all the same. */
+        if (h->link.prev != NULL) {
+            wheel_unlink(c, h);
+            Py_DECREF(h); /* the wheel's */
+        }
+        h->tick = CANCELLED;
         Py_DECREF(h);
         return NULL;
     }
