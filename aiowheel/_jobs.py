@@ -56,7 +56,17 @@ and ``schedstat``, every ``PARK_POLL`` (10 ms) while threads hold the clock. The
 counts again as soon as a look finds it running (woken: the loop's ``put`` makes it runnable
 before the loop can look idle again), so what it does next is waited for. A thread sleeping
 (``time.sleep``) or waiting on I/O (a socket, a file, a subprocess) is not blocked on a
-thread: it holds the clock as before.
+thread: it holds the clock as before. Nor is one in a *timed* lock wait
+(``Event().wait(0.5)``, ``Queue().get(timeout=0.5)``, ``Lock().acquire(timeout=0.5)``,
+``Condition.wait(0.5)``): that wait ends by itself in real time, so it can never deadlock the
+clock; it is work in progress, like a sleep, and holds the clock (issue 59: it was read as
+parked after the grace, and ``wait_for(run_in_executor(job), 5)`` timed out at virtual 5.0
+after 0.06 s of real time). The wait's timeout is its ``futex`` call's fourth argument in
+``/proc/<tid>/syscall`` (a pointer to the timeout, ``0x0`` for none: glibc's
+``sem_clockwait`` and ``pthread_cond_timedwait`` pass one, their untimed forms none), read once
+a thread looks asleep in a lock's wait. Where ``syscall`` cannot be read, or shows no
+arguments, a wait counts as untimed: the clock may move (as before), never a clock held for
+good by a wait that has no end.
 Limits: the rule cannot tell *which* thread a parked job waits for, so a job waiting on a
 thread the loop did not start (a pool's own ``submit``, a thread of the program's own) that
 works in real time lets the clock go on after the grace (a job waiting on another *job*
@@ -262,11 +272,20 @@ class _Sampler:
         except (OSError, ValueError, IndexError):
             return None
 
+    def waits_timed(self, tid: int) -> bool:
+        """Whether the thread's lock wait has a timeout (it ends by itself: work in
+        progress, like a sleep); False if that cannot be read (see the module docstring)."""
+        try:
+            return _timed_wait(_read(tid, "syscall"), self.lock_waits)
+        except OSError:
+            return False
+
     def parked(self, job: _Job) -> bool:
         """Whether ``job``'s thread has waited on another thread, using no CPU, for the whole
-        grace (each look that finds it otherwise starts the grace again)."""
+        grace (each look that finds it otherwise starts the grace again); a wait with a
+        timeout never parks."""
         tid = job.thread
-        if tid is None or not self.waits_on_a_thread(tid):
+        if tid is None or not self.waits_on_a_thread(tid) or self.waits_timed(tid):
             job.since = None
             return False
         cpu = self.cpu(tid)
@@ -478,6 +497,18 @@ def _syscall_of(text: bytes) -> str:
     """A ``/proc/<tid>/syscall`` reading's first field: the system call's number, or "running"
     ("" if empty)."""
     return text.split(b" ", 1)[0].strip().decode()
+
+
+def _timed_wait(text: bytes, lock_waits: frozenset[str]) -> bool:
+    """Whether a ``/proc/<tid>/syscall`` reading is a lock's wait with a timeout: the system
+    call one of ``lock_waits`` (``futex``) and its fourth argument, the timeout's pointer, not
+    ``0x0``."""
+    fields = text.split()
+    return (
+        len(fields) > 4
+        and fields[0].decode(errors="replace") in lock_waits
+        and fields[4] != b"0x0"
+    )
 
 
 def _state_of(stat: bytes) -> str | None:
