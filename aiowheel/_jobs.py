@@ -64,16 +64,22 @@ parked after the grace, and ``wait_for(run_in_executor(job), 5)`` timed out at v
 after 0.06 s of real time). The wait's timeout is its ``futex`` call's fourth argument in
 ``/proc/<tid>/syscall`` (a pointer to the timeout, ``0x0`` for none: glibc's
 ``sem_clockwait`` and ``pthread_cond_timedwait`` pass one, their untimed forms none), read once
-a thread looks asleep in a lock's wait. Where ``syscall`` cannot be read, or shows no
-arguments, a wait counts as untimed: the clock may move (as before), never a clock held for
-good by a wait that has no end.
+a thread looks asleep in a lock's wait; the calibration checks it on its two waiters (the
+timed one must read timed, the untimed one untimed). Where it cannot tell them apart that
+way, or a thread's ``syscall`` cannot be read at a look or shows no arguments, the wait counts
+as untimed and parks after the grace, as before: the clock may move, never a clock held for
+good by a wait that has no end. Where ``syscall`` cannot be read at all (``wchan`` alone
+would not tell a timed wait), there is no sampler: every job holds the clock (below).
+Waiting for the GIL is a timed wait (CPython's rounds of 5 ms): such a thread holds the clock.
 Limits: the rule cannot tell *which* thread a parked job waits for, so a job waiting on a
 thread the loop did not start (a pool's own ``submit``, a thread of the program's own) that
 works in real time lets the clock go on after the grace (a job waiting on another *job*
 is fine: that job holds the clock while it works); a job still queued in a full executor
-(no thread yet) counts; a thread starved of the GIL for the whole grace by another thread
-of the process, while the loop is idle, looks parked. Where threads cannot be read (not
-Linux, no ``/proc``), every job counts until its result is back, as before this rule.
+(no thread yet) counts; a job that polls, waiting with a timeout again and again for
+something the loop gives after a timer, holds the clock for good (as a job that polls with
+``time.sleep`` does), and one whose timed wait is for such a thing holds it until the wait's
+timeout. Where threads cannot be read (not Linux, no ``/proc``, no ``syscall``), every job
+counts until its result is back, as before this rule.
 
 The base's own threads. uvloop and zuvloop resolve names (``getaddrinfo``, ``getnameinfo``,
 also inside ``create_connection``) in libuv's worker threads, which no Python entry point
@@ -234,11 +240,19 @@ class _Sampler:
     thread just woken (a ``put``, a ``set``, libuv's ``uv_queue_work``) is not blocked: its
     wake-up, queued to another CPU, completes only when that CPU takes it, on a busy machine
     milliseconds later, and until then ``syscall`` still shows the wait; but ``wchan`` reads
-    ``0`` and ``stat`` ``R`` from the moment it was woken."""
+    ``0`` and ``stat`` ``R`` from the moment it was woken.
 
-    def __init__(self, lock_waits: frozenset[str], lock_wchans: frozenset[bytes]) -> None:
+    Whether a lock's wait has a timeout is read off ``syscall`` alone (:func:`_timed_wait`),
+    where :func:`_calibrate` found that it tells a timed wait from an untimed one
+    (``timeouts``)."""
+
+    def __init__(
+        self, lock_waits: frozenset[str], lock_wchans: frozenset[bytes], *, timeouts: bool
+    ) -> None:
         self.lock_waits = lock_waits  # a lock's wait's system calls, as ``syscall`` names them
         self.lock_wchans = lock_wchans  # where in the kernel such a wait sleeps; empty: hidden
+        # Whether a wait's timeout argument can be read (False: every wait reads untimed).
+        self.timeouts = timeouts
         # The files read, in the order asleep() takes their readings.
         self.files: Final = ("wchan",) if lock_wchans else ("syscall", "stat")
 
@@ -275,6 +289,8 @@ class _Sampler:
     def waits_timed(self, tid: int) -> bool:
         """Whether the thread's lock wait has a timeout (it ends by itself: work in
         progress, like a sleep); False if that cannot be read (see the module docstring)."""
+        if not self.timeouts:
+            return False
         try:
             return _timed_wait(_read(tid, "syscall"), self.lock_waits)
         except OSError:
@@ -316,21 +332,22 @@ def _calibrate() -> _Sampler | None:
     (``wchan``): two threads wait on a held lock (one with a timeout, as
     ``Condition.wait(timeout)`` does), read through ``/proc``. ``wchan`` is used only if it
     tells them from a third thread waiting on I/O (a pipe's read): a kernel that names every
-    sleep alike, or hides it (``0``), leaves the sampler to the system call and the state."""
+    sleep alike, or hides it (``0``), leaves the sampler to the system call and the state.
+    A wait's timeout is read only if the two waiters' ``syscall`` tells which one has it."""
     if not sys.platform.startswith("linux"):
         return None
-    probe = _Sampler(frozenset(), frozenset())
+    probe = _Sampler(frozenset(), frozenset(), timeouts=False)
     if probe.syscall(threading.get_native_id()) is None:
         return None
     held = threading.Lock()
     held.acquire()
     reading, feeding = os.pipe()
-    tids: list[int] = []  # the lock's two waiters
+    tids = [0, 0]  # the lock's two waiters: untimed, timed
     reader: list[int] = []  # the pipe's
     ready = threading.Barrier(4)
 
-    def wait(timeout: float) -> None:
-        tids.append(threading.get_native_id())
+    def wait(index: int, timeout: float) -> None:
+        tids[index] = threading.get_native_id()
         ready.wait()
         if held.acquire(timeout=timeout):
             held.release()
@@ -340,13 +357,14 @@ def _calibrate() -> _Sampler | None:
         ready.wait()
         os.read(reading, 1)
 
-    threads = [threading.Thread(target=wait, args=(t,), daemon=True) for t in (-1, 30.0)]
+    threads = [threading.Thread(target=wait, args=(0, -1), daemon=True)]
+    threads.append(threading.Thread(target=wait, args=(1, 30.0), daemon=True))
     threads.append(threading.Thread(target=read, daemon=True))
     for thread in threads:
         thread.start()
     try:
         ready.wait()
-        found, wchans, io_wchan = _read_waiters(probe, tids, reader[0])
+        found, wchans, io_wchan, timeouts = _read_waiters(tids, reader[0])
     finally:
         held.release()
         os.write(feeding, b"x")
@@ -362,33 +380,46 @@ def _calibrate() -> _Sampler | None:
         or not io_wchan
         or io_wchan in wchans
     )
-    return _Sampler(frozenset(found), frozenset() if hidden else frozenset(wchans))
+    return _Sampler(
+        frozenset(found), frozenset() if hidden else frozenset(wchans), timeouts=timeouts
+    )
 
 
-def _read_waiters(
-    probe: _Sampler, tids: list[int], reader: int
-) -> tuple[set[str], set[bytes], bytes]:
+def _read_waiters(tids: list[int], reader: int) -> tuple[set[str], set[bytes], bytes, bool]:
     """What :func:`_calibrate`'s threads read once all are in their waits (2 s at most): the
-    lock's waiters' system calls and ``wchan``, and the pipe reader's ``wchan`` (empty sets
-    and ``b""`` where not read)."""
+    lock's waiters' system calls and ``wchan``, the pipe reader's ``wchan`` (empty sets and
+    ``b""`` where not read), and whether the waiters' ``syscall`` readings tell the timed wait
+    (``tids[1]``) from the untimed one (``tids[0]``, :func:`_timed_wait`). A waiter may be
+    read on its way to the lock, in another lock's wait (the barrier's, untimed; the GIL's,
+    timed): that can hide the difference, never make one up. So they are read again until
+    they differ, for 0.25 s at most, before the timeouts count as unread."""
     deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        calls = [probe.syscall(tid) for tid in tids]
-        io_call = probe.syscall(reader) or ""
-        if (
-            all(call is not None and call.isdigit() for call in calls)
-            and io_call.isdigit()
-            and io_call not in calls
-        ):
-            # Asleep now (a system call is read only from a thread inactive).
-            try:
-                wchans = {_read(tid, "wchan").strip() for tid in tids}
-                io_wchan = _read(reader, "wchan").strip()
-            except OSError:
-                wchans, io_wchan = set(), b""
-            return {call for call in calls if call is not None}, wchans, io_wchan
+    found: tuple[set[str], set[bytes], bytes] | None = None
+    settled = deadline
+    while True:
+        try:
+            lines = [_read(tid, "syscall") for tid in tids]
+            io_call = _syscall_of(_read(reader, "syscall"))
+        except OSError:
+            lines, io_call = [], ""
+        calls = {_syscall_of(line) for line in lines}
+        # Asleep now (a system call is read only from a thread inactive).
+        if lines and all(call.isdigit() for call in calls) and io_call.isdigit():
+            if io_call not in calls and found is None:
+                try:
+                    wchans = {_read(tid, "wchan").strip() for tid in tids}
+                    io_wchan = _read(reader, "wchan").strip()
+                except OSError:
+                    wchans, io_wchan = set(), b""
+                found = calls, wchans, io_wchan
+                settled = min(deadline, time.monotonic() + 0.25)
+            if found is not None:
+                waits = frozenset(found[0])
+                if _timed_wait(lines[1], waits) and not _timed_wait(lines[0], waits):
+                    return *found, True
+        if time.monotonic() >= settled:
+            return (*found, False) if found is not None else (set(), set(), b"", False)
         time.sleep(0.001)
-    return set(), set(), b""
 
 
 class LibuvPool:
@@ -505,9 +536,7 @@ def _timed_wait(text: bytes, lock_waits: frozenset[str]) -> bool:
     ``0x0``."""
     fields = text.split()
     return (
-        len(fields) > 4
-        and fields[0].decode(errors="replace") in lock_waits
-        and fields[4] != b"0x0"
+        len(fields) > 4 and fields[0].decode(errors="replace") in lock_waits and fields[4] != b"0x0"
     )
 
 

@@ -345,8 +345,12 @@ async def job_in_a_timed_wait(wait: str) -> tuple[str, float]:
 
 @pytest.mark.parametrize(
     "wait",
-    ["Event().wait(0.5)", "Queue().get(timeout=0.5)", "Lock.acquire(timeout=0.5)",
-     "Condition.wait(0.5)"],
+    [
+        "Event().wait(0.5)",
+        "Queue().get(timeout=0.5)",
+        "Lock.acquire(timeout=0.5)",
+        "Condition.wait(0.5)",
+    ],
 )
 def test_a_timed_wait_in_a_thread_holds_the_clock(base: Base, wait: str) -> None:
     # Issue 59, defect 7: a job in a timed lock wait was read as parked after the grace, and
@@ -383,13 +387,128 @@ def _reads_timed(sampler: _jobs._Sampler, timeout: float | None) -> bool:
 
 
 def test_the_timeout_of_a_lock_wait_is_read_from_its_system_call(
-    calibrated: _jobs._Sampler,
+    sampler: _jobs._Sampler,
 ) -> None:
-    # Timed and untimed, on this machine's /proc (futex's fourth argument: the timeout).
-    assert _reads_timed(calibrated, 30.0) is True
-    assert _reads_timed(calibrated, None) is False
-    assert not _jobs._timed_wait(b"running", calibrated.lock_waits)  # no arguments: untimed
-    assert not _jobs._timed_wait(b"", calibrated.lock_waits)
+    # Timed and untimed, on this machine's /proc (futex's fourth argument: the timeout), with
+    # wchan and where it is hidden.
+    assert sampler.timeouts  # the calibration found that syscall tells them apart
+    assert _reads_timed(sampler, 30.0) is True
+    assert _reads_timed(sampler, None) is False
+    assert not _jobs._timed_wait(b"running", sampler.lock_waits)  # no arguments: untimed
+    assert not _jobs._timed_wait(b"", sampler.lock_waits)
+
+
+def _every_wait_reads(monkeypatch: pytest.MonkeyPatch, timeout: bytes) -> None:
+    """Make every system call's fourth argument in ``/proc/<tid>/syscall`` read ``timeout``,
+    as on a libc whose lock waits pass no timeout there (``0x0``) or one in every wait."""
+    read = _jobs._read
+
+    def reading(tid: int, name: str) -> bytes:
+        text = read(tid, name)
+        fields = text.split()
+        if name != "syscall" or len(fields) < 5:
+            return text
+        fields[4] = timeout
+        return b" ".join(fields) + b"\n"
+
+    monkeypatch.setattr(_jobs, "_read", reading)
+
+
+@pytest.mark.parametrize("timeout", [b"0x0", b"0x7f0000001000"])
+def test_timeouts_are_read_only_where_the_calibration_tells_them_apart(
+    timeout: bytes, monkeypatch: pytest.MonkeyPatch, calibrated: _jobs._Sampler
+) -> None:
+    # A system call whose fourth argument is not the timeout (a libc that passes one to every
+    # wait, or none): the calibration's two waiters read alike, and every wait reads untimed
+    # (it parks after the grace, as before timed waits held the clock).
+    read = _jobs._read
+    _every_wait_reads(monkeypatch, timeout)
+    alike = _jobs._calibrate()
+    assert alike is not None
+    assert alike.lock_waits == calibrated.lock_waits  # the rest is found as before
+    assert alike.timeouts is False
+    monkeypatch.setattr(_jobs, "_read", read)
+    assert _reads_timed(alike, 30.0) is False  # untimed: it may park
+    told = _jobs._calibrate()
+    assert told is not None
+    assert told.timeouts is calibrated.timeouts
+
+
+def test_where_every_wait_reads_timed_a_thread_blocked_on_the_loop_still_parks(
+    base: Base, monkeypatch: pytest.MonkeyPatch, calibrated: _jobs._Sampler
+) -> None:
+    # Were the fourth argument taken as the timeout without the calibration's check, a libc
+    # that passes one to every wait would bring issue 48's deadlock back: no wait would park.
+    _every_wait_reads(monkeypatch, b"0x7f0000001000")
+    monkeypatch.setattr(_jobs, "_sampler_state", [_jobs._calibrate()])
+    feed: list[Callable[[str], None]] = []
+    result: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: result.append(
+            testing.run(fed_after_a_timer("queue.Queue", "run_in_executor", feed), base=base)
+        ),
+        daemon=True,
+    )
+    thread.start()
+    thread.join(BOUND)
+    if thread.is_alive():
+        feed[-1]("fed by the test")
+        thread.join(BOUND)
+        pytest.fail("deadlock: the clock waited for a thread that waited for the loop")
+    assert result == [("fed", 1.0, True)]
+
+
+def _untimed_waits() -> dict[str, tuple[Callable[[], object], Callable[[], None]]]:
+    """A job's lock waits without a timeout, on things no one gives until the test ends
+    them: the wait, and how to end it."""
+    event = threading.Event()
+    fifo: queue.Queue[str] = queue.Queue()
+    held = threading.Lock()
+    held.acquire()
+    return {
+        "Event().wait()": (event.wait, event.set),
+        "Queue().get()": (fifo.get, lambda: fifo.put("ended")),
+        "Lock.acquire()": (held.acquire, held.release),
+    }
+
+
+async def job_in_an_untimed_wait(wait: str, ends: list[Callable[[], None]]) -> tuple[str, float]:
+    """``wait_for(run_in_executor(job), 5)`` where the job waits on a lock no one releases,
+    without a timeout: what it gives, and the virtual time it took (the job is ended after)."""
+    loop = asyncio.get_running_loop()
+    job, end = _untimed_waits()[wait]
+    ends.append(end)
+    start = loop.time()
+    try:
+        await asyncio.wait_for(loop.run_in_executor(None, job), 5)
+        result = "done"
+    except TimeoutError:
+        result = "timed out"
+    took = loop.time() - start
+    end()  # the thread goes on (and the default executor's shutdown can join it)
+    return result, took
+
+
+@pytest.mark.parametrize("wait", ["Event().wait()", "Queue().get()", "Lock.acquire()"])
+def test_an_untimed_wait_no_one_ends_lets_the_clock_move(base: Base, wait: str) -> None:
+    # The other side of the timed waits above: a wait with no timeout on another thread may
+    # never end (issue 48), so it parks after the grace and wait_for's 5 s comes, at virtual
+    # 5.0, after some 50 ms of real time.
+    if _jobs.process_sampler() is None:
+        pytest.skip("threads cannot be read here (no /proc): every job holds the clock")
+    ends: list[Callable[[], None]] = []
+    result: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: result.append(testing.run(job_in_an_untimed_wait(wait, ends), base=base)),
+        daemon=True,
+    )
+    thread.start()
+    thread.join(BOUND)
+    if thread.is_alive():
+        ends[-1]()  # unstick the thread, and with it the loop
+        thread.join(BOUND)
+        pytest.fail("deadlock: the clock waited for a thread in a wait no one ends")
+    assert result == [("timed out", 5.0)]
 
 
 async def resolve_and_connect(rounds: int) -> list[float]:
@@ -505,7 +624,7 @@ def sampler(
     found = calibrated
     monkeypatch.setattr(_jobs, "_WORKER", _NAME.encode())
     if request.param == "without wchan":
-        return _jobs._Sampler(found.lock_waits, frozenset())
+        return _jobs._Sampler(found.lock_waits, frozenset(), timeouts=found.timeouts)
     if not found.lock_wchans:
         pytest.skip("this kernel hides wchan")
     return found
@@ -584,15 +703,17 @@ def test_where_wchan_is_hidden_the_system_call_and_state_serve(
     base: Base, monkeypatch: pytest.MonkeyPatch, calibrated: _jobs._Sampler
 ) -> None:
     # Some kernels hide wchan (it reads 0 for every thread): the sampler then reads the system
-    # call and the state. Issue 48's deadlock and the resolves, end to end, that way.
-    hidden = _jobs._Sampler(calibrated.lock_waits, frozenset())
+    # call and the state. Issue 48's deadlock, the resolves and a timed wait (issue 59), end
+    # to end, that way.
+    hidden = _jobs._Sampler(calibrated.lock_waits, frozenset(), timeouts=calibrated.timeouts)
     monkeypatch.setattr(_jobs, "_sampler_state", [hidden])
     feed: list[Callable[[str], None]] = []
     result: list[Any] = []
 
-    async def main() -> tuple[Any, list[float]]:
+    async def main() -> tuple[Any, list[float], tuple[str, float]]:
         fed = await fed_after_a_timer("queue.Queue", "run_in_executor", feed)
-        return fed, await resolve_and_connect(5)
+        resolved = await resolve_and_connect(5)
+        return fed, resolved, await job_in_a_timed_wait("Queue().get(timeout=0.5)")
 
     thread = threading.Thread(
         target=lambda: result.append(testing.run(main(), base=base)), daemon=True
@@ -603,7 +724,7 @@ def test_where_wchan_is_hidden_the_system_call_and_state_serve(
         feed[-1]("fed by the test")
         thread.join(BOUND)
         pytest.fail("deadlock: the clock waited for a thread that waited for the loop")
-    assert result == [(("fed", 1.0, True), [0.0] * 5)]
+    assert result == [(("fed", 1.0, True), [0.0] * 5, ("done", 0.0))]
 
 
 @pytest.mark.parametrize("every_sleep_reads", [b"0\n", b"schedule\n"])
@@ -625,6 +746,7 @@ def test_wchan_is_used_only_where_it_tells_a_lock_from_io(
     assert alike.lock_waits == found.lock_waits
     assert alike.lock_wchans == frozenset()
     assert alike.files == ("syscall", "stat")
+    assert alike.timeouts is found.timeouts  # read off syscall, whatever wchan says
     monkeypatch.setattr(_jobs, "_read", read)
     told = _jobs._calibrate()  # this kernel's own reading, as the process's sampler has it
     assert told is not None
