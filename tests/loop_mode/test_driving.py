@@ -86,20 +86,22 @@ def test_backlog_timers_are_pending_timers_to_every_reader() -> None:
     try:
         fired: list[int] = []
         now = loop.time()
-        handles = [loop.call_at(now + 0.02, fired.append, i) for i in range(10)]
+        handles = [loop.call_at(now + 0.02, fired.append, i) for i in range(200)]
         while not fired:
             loop._run_once()
-        assert fired == [0, 1]
-        waiting = handles[2:]
+        # A chunk of 2 ran (more only if the loop came back over a quarter second late).
+        assert 2 <= len(fired) < 200
+        waiting = handles[len(fired) :]
         seen = list(loop._scheduled)
         assert all(handle in seen for handle in waiting)
-        assert len(loop._scheduled) == 8
+        assert len(loop._scheduled) == len(waiting)
         shown = [timer.callback for timer in aiowheel.pending_timers(loop)]
-        assert shown.count(fired.append) == 8
-        handles[5].cancel()  # still stops it, and it is no longer shown
-        assert handles[5] not in loop._scheduled
+        assert shown.count(fired.append) == len(waiting)
+        stopped = waiting[0]
+        stopped.cancel()  # still stops it, and it is no longer shown
+        assert stopped not in loop._scheduled
         drain(loop)
-        assert fired == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+        assert fired == [i for i in range(200) if handles[i] is not stopped]
         assert not loop._scheduled
     finally:
         loop.close()
