@@ -155,7 +155,7 @@ class TimerHandle(asyncio.TimerHandle):
         cancel or its deadline to run again; one already handed to the wheel's batch still
         runs there when its turn comes (or not at all if ``cancel()`` follows, which then
         returns True), as a handle in asyncio's ``_ready`` does; one that already ran runs
-        again. A cancelled one does nothing. The batch's own run is :meth:`Call._run`."""
+        again. A cancelled one does nothing. The batch's own run is :meth:`Call._run_due`."""
         if self._cancelled:
             return
         self._run_callback()

@@ -17,7 +17,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -206,6 +206,28 @@ print(testing.run(main()), any(isinstance(f, _anyio_hook._AnyioFinder) for f in 
 BOUND = 30.0  # real seconds before a run counts as stuck (it takes well under one)
 
 
+def run_unless_stuck(
+    main: Callable[[], Coroutine[Any, Any, Any]],
+    base: Base,
+    unstick: Callable[[], object],
+    stuck: str,
+) -> list[Any]:
+    """``testing.run(main(), base=base)`` in a thread of its own, its result in a list; if it
+    still runs after ``BOUND`` real seconds, ``unstick()`` ends it (and with it the loop) and
+    the test fails with ``stuck``."""
+    result: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: result.append(testing.run(main(), base=base)), daemon=True
+    )
+    thread.start()
+    thread.join(BOUND)
+    if thread.is_alive():
+        unstick()
+        thread.join(BOUND)
+        pytest.fail(stuck)
+    return result
+
+
 def _waits_for_the_loop(kind: str) -> tuple[Callable[[], str], Callable[[str], None]]:
     """A blocking wait on another thread, and how the loop (or the test) ends it."""
     if kind == "queue.Queue":
@@ -274,17 +296,12 @@ def test_a_thread_blocked_on_the_loop_lets_the_clock_move(base: Base, kind: str,
     if _jobs.process_sampler() is None:
         pytest.skip("threads cannot be read here (no /proc): every job holds the clock")
     feed: list[Callable[[str], None]] = []
-    result: list[Any] = []
-    thread = threading.Thread(
-        target=lambda: result.append(testing.run(fed_after_a_timer(kind, how, feed), base=base)),
-        daemon=True,
+    result = run_unless_stuck(
+        lambda: fed_after_a_timer(kind, how, feed),
+        base,
+        lambda: feed[-1]("fed by the test"),
+        "deadlock: the clock waited for a thread that waited for the loop",
     )
-    thread.start()
-    thread.join(BOUND)
-    if thread.is_alive():
-        feed[-1]("fed by the test")  # unstick the thread, and with it the loop
-        thread.join(BOUND)
-        pytest.fail("deadlock: the clock waited for a thread that waited for the loop")
     assert result == [("fed", 1.0, True)]
 
 
@@ -442,19 +459,12 @@ def test_where_every_wait_reads_timed_a_thread_blocked_on_the_loop_still_parks(
     _every_wait_reads(monkeypatch, b"0x7f0000001000")
     monkeypatch.setattr(_jobs, "_sampler_state", [_jobs._calibrate()])
     feed: list[Callable[[str], None]] = []
-    result: list[Any] = []
-    thread = threading.Thread(
-        target=lambda: result.append(
-            testing.run(fed_after_a_timer("queue.Queue", "run_in_executor", feed), base=base)
-        ),
-        daemon=True,
+    result = run_unless_stuck(
+        lambda: fed_after_a_timer("queue.Queue", "run_in_executor", feed),
+        base,
+        lambda: feed[-1]("fed by the test"),
+        "deadlock: the clock waited for a thread that waited for the loop",
     )
-    thread.start()
-    thread.join(BOUND)
-    if thread.is_alive():
-        feed[-1]("fed by the test")
-        thread.join(BOUND)
-        pytest.fail("deadlock: the clock waited for a thread that waited for the loop")
     assert result == [("fed", 1.0, True)]
 
 
@@ -497,17 +507,12 @@ def test_an_untimed_wait_no_one_ends_lets_the_clock_move(base: Base, wait: str) 
     if _jobs.process_sampler() is None:
         pytest.skip("threads cannot be read here (no /proc): every job holds the clock")
     ends: list[Callable[[], None]] = []
-    result: list[Any] = []
-    thread = threading.Thread(
-        target=lambda: result.append(testing.run(job_in_an_untimed_wait(wait, ends), base=base)),
-        daemon=True,
+    result = run_unless_stuck(
+        lambda: job_in_an_untimed_wait(wait, ends),
+        base,
+        lambda: ends[-1](),
+        "deadlock: the clock waited for a thread in a wait no one ends",
     )
-    thread.start()
-    thread.join(BOUND)
-    if thread.is_alive():
-        ends[-1]()  # unstick the thread, and with it the loop
-        thread.join(BOUND)
-        pytest.fail("deadlock: the clock waited for a thread in a wait no one ends")
     assert result == [("timed out", 5.0)]
 
 
@@ -708,22 +713,18 @@ def test_where_wchan_is_hidden_the_system_call_and_state_serve(
     hidden = _jobs._Sampler(calibrated.lock_waits, frozenset(), timeouts=calibrated.timeouts)
     monkeypatch.setattr(_jobs, "_sampler_state", [hidden])
     feed: list[Callable[[str], None]] = []
-    result: list[Any] = []
 
     async def main() -> tuple[Any, list[float], tuple[str, float]]:
         fed = await fed_after_a_timer("queue.Queue", "run_in_executor", feed)
         resolved = await resolve_and_connect(5)
         return fed, resolved, await job_in_a_timed_wait("Queue().get(timeout=0.5)")
 
-    thread = threading.Thread(
-        target=lambda: result.append(testing.run(main(), base=base)), daemon=True
+    result = run_unless_stuck(
+        main,
+        base,
+        lambda: feed[-1]("fed by the test"),
+        "deadlock: the clock waited for a thread that waited for the loop",
     )
-    thread.start()
-    thread.join(BOUND)
-    if thread.is_alive():
-        feed[-1]("fed by the test")
-        thread.join(BOUND)
-        pytest.fail("deadlock: the clock waited for a thread that waited for the loop")
     assert result == [(("fed", 1.0, True), [0.0] * 5, ("done", 0.0))]
 
 

@@ -494,6 +494,18 @@ handle_run(CoreState *st, HandleObject *h, held_t *held)
     return status;
 }
 
+/* What _run() and _run_due() return once the callback has run (status < 0: it raised past
+ * the loop's handler): the handle is the caller's, so one that has run is tracked (handle_keep). */
+static PyObject *
+run_for_caller(HandleObject *h, int status)
+{
+    handle_keep(h);
+    if (status < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* TimerHandle._run() called by code, as on asyncio's handles (Home Assistant's
  * async_fire_time_changed runs the handles due by a time itself, then cancels them): the
  * callback runs now and the handle stays as it was. A pending one stays pending (for cancel()
@@ -519,11 +531,7 @@ handle_run_method(HandleObject *h, PyObject *Py_UNUSED(ignored))
     }
     Py_END_CRITICAL_SECTION();
     int status = callback == NULL ? 0 : handle_call(st, h, callback, args, context);
-    handle_keep(h); /* the caller holds it */
-    if (status < 0) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return run_for_caller(h, status);
 }
 
 /* TimerHandle._run_due(): a due batch run by aiowheel._dispatch.run_batch (a batch with entries
@@ -537,12 +545,7 @@ handle_run_due(HandleObject *h, PyObject *Py_UNUSED(ignored))
     if (st == NULL) {
         return NULL;
     }
-    int status = handle_run(st, h, NULL);
-    handle_keep(h); /* the caller holds it */
-    if (status < 0) {
-        return NULL;
-    }
-    Py_RETURN_NONE;
+    return run_for_caller(h, handle_run(st, h, NULL));
 }
 
 static PyObject *
