@@ -276,6 +276,11 @@ def test_run_of_a_handle_due_in_the_same_batch(then_cancel: bool) -> None:
     stock = program(asyncio.new_event_loop())
     assert stock == (["A", "B", ("cancelled", True)] if then_cancel else ["A", "B", "B"])
     assert program(aiowheel.new_event_loop()) == stock
+    assert program(aiowheel.new_event_loop(max_batch=1)) == stock
+    # uvloop's own handles have no _run(); loop mode's on uvloop are asyncio's in this.
+    uvloop = pytest.importorskip("uvloop")
+    assert program(aiowheel.new_event_loop(uvloop.Loop)) == stock
+    assert program(aiowheel.new_event_loop(uvloop.Loop, max_batch=1)) == stock
 
 
 def test_a_cancelled_wake_up_is_never_shown() -> None:
