@@ -384,13 +384,15 @@ async def test_stats_report_lateness_and_wakeups() -> None:
 async def test_idle_timeout_pushed_back_on_every_read_never_fires() -> None:
     loop = asyncio.get_running_loop()
     timer = aiowheel.get_timer()
-    async with timer.timeout(0.05) as cm:
+    # 1.5 s of reads against a 1 s idle timeout: it fires unless each read pushes it back, and
+    # a read 0.9 s late (a loaded machine, AddressSanitizer) is what it would take to fire.
+    async with timer.timeout(1.0) as cm:
         for _ in range(15):
-            await asyncio.sleep(0.01)
-            cm.reschedule(loop.time() + 0.05)
+            await asyncio.sleep(0.1)
+            cm.reschedule(loop.time() + 1.0)
         heap_before = list(timer._driver._store.wheel._heap)
         for _ in range(10_000):
-            cm.reschedule(loop.time() + 0.05)
+            cm.reschedule(loop.time() + 1.0)
         assert timer._driver._store.wheel._heap == heap_before  # later is O(1): no heap work
     assert not cm.expired()
     with pytest.raises(TimeoutError):
