@@ -25,7 +25,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
