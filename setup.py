@@ -2,9 +2,9 @@
 
 Everything about the package lives in pyproject.toml; this file only adds the compiled build.
 The compiled modules are the same ``.py`` sources (mypyc reads their type annotations), so there
-is one implementation, plus the native core ``aiowheel/_core.c`` (the callback handles, their
+is one implementation, plus the native core ``aiowheel/_time/_core.c`` (the callback handles, their
 wheel and loop mode's ``call_at`` / ``call_later``; its reference is the pure-Python code, see
-``aiowheel/_core.c``). It needs nothing beyond a C compiler and Python's headers: no Cython.
+``aiowheel/_time/_core.c``). It needs nothing beyond a C compiler and Python's headers: no Cython.
 (CI's memory-safety run compiles the core again under AddressSanitizer: ``.ci/asan-suite``.)
 The build falls back to the pure-Python package, with one printed line and a successful
 install, when:
@@ -32,13 +32,13 @@ from setuptools.command.build_ext import build_ext
 
 
 def _compiled_modules() -> list[str]:
-    # The list lives in aiowheel/_build.py (which the package reads to tell which build runs);
-    # loaded from its file, since the package itself cannot be imported before it is built.
-    spec = importlib.util.spec_from_file_location("_aiowheel_build", "aiowheel/_build.py")
+    # The list lives in aiowheel/_common/_build.py (which the package reads to tell which build
+    # runs); loaded from its file, since the package itself cannot be imported before it is built.
+    spec = importlib.util.spec_from_file_location("_aiowheel_build", "aiowheel/_common/_build.py")
     assert spec is not None and spec.loader is not None
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
-    return [f"aiowheel/{name}.py" for name in build.COMPILED_MODULES]
+    return [f"aiowheel/{name.replace('.', '/')}.py" for name in build.COMPILED_MODULES]
 
 
 # Docstrings. mypyc (2.4.1 and before) writes no docstring into the C it generates: a native
@@ -243,14 +243,14 @@ def _ext_modules() -> list[Any]:
         extensions = mypycify(sources, opt_level="3", group_name="aiowheel._mypyc")
         _document(extensions, sources)
         # Exact IEEE arithmetic, as in Python (no fused multiply-add: a tick must be computed
-        # exactly as aiowheel._driver computes it).
+        # exactly as aiowheel._time._driver computes it).
         core_flags = ["-O3", "-ffp-contract=off"] if os.name != "nt" else []
         extensions.append(
             Extension(
-                "aiowheel._core",
+                "aiowheel._time._core",
                 # One translation unit: _core.c includes the parts (see its header comment).
-                ["aiowheel/_core.c"],
-                depends=sorted(glob.glob("aiowheel/_native/*.[ch]")),
+                ["aiowheel/_time/_core.c"],
+                depends=sorted(glob.glob("aiowheel/_time/_native/*.[ch]")),
                 extra_compile_args=core_flags,
             )
         )

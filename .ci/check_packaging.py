@@ -3,9 +3,9 @@
 Run by .ci/run with the project's venv python (it needs `build`, from the dev extra):
 
 1. `python -m build` makes an sdist and a platform wheel; the wheel must hold an extension
-   module for every compiled module (aiowheel/_build.py's list), the mypyc shared library, the
-   .py sources (the fallback) and py.typed; the sdist must hold the native core's source, its
-   one file aiowheel/_core.c and every part it includes (aiowheel/_native/).
+   module for every compiled module (aiowheel/_common/_build.py's list), the mypyc shared library,
+   the .py sources (the fallback) and py.typed; the sdist must hold the native core's source, its
+   one file aiowheel/_time/_core.c and every part it includes (aiowheel/_time/_native/).
 2. The sdist, installed into a fresh venv with a C compiler that always fails (CC=false), must
    install, print the one fallback line, and import as the pure-Python build.
 3. The wheel, installed into another fresh venv, must import as the compiled build.
@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _compiled_modules() -> tuple[str, ...]:
-    spec = importlib.util.spec_from_file_location("_build", ROOT / "aiowheel" / "_build.py")
+    spec = importlib.util.spec_from_file_location(
+        "_build", ROOT / "aiowheel" / "_common" / "_build.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -65,7 +67,8 @@ def main() -> int:
         assert "-py3-none-any" not in wheel.name, f"not a platform wheel: {wheel.name}"
         names = zipfile.ZipFile(wheel).namelist()
         missing = []
-        for module in _compiled_modules():
+        for dotted in _compiled_modules():
+            module = dotted.replace(".", "/")  # _time._wheel: aiowheel/_time/_wheel.py
             if not any(n.startswith(f"aiowheel/{module}.") and n.endswith(".so") for n in names):
                 missing.append(f"aiowheel/{module}.*.so")
             if f"aiowheel/{module}.py" not in names:
@@ -79,8 +82,8 @@ def main() -> int:
 
         with tarfile.open(sdist) as archive:
             held = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
-        parts = (ROOT / "aiowheel" / "_native").glob("*.[ch]")
-        core = ["aiowheel/_core.c", *sorted(str(path.relative_to(ROOT)) for path in parts)]
+        parts = (ROOT / "aiowheel" / "_time" / "_native").glob("*.[ch]")
+        core = ["aiowheel/_time/_core.c", *sorted(str(path.relative_to(ROOT)) for path in parts)]
         lacking = [name for name in core if name not in held]
         assert len(core) > 1 and not lacking, f"{sdist.name} lacks the native core's {lacking}"
         print(f"sdist {sdist.name}: the native core's {len(core)} source files present")

@@ -13,24 +13,16 @@ compiled build also has a native core written in C (:data:`NATIVE`).
 import os as _os
 from typing import TYPE_CHECKING
 
-from ._build import COMPILED_MODULES as _COMPILED_MODULES
-from ._build import prefer_sources as _prefer_sources
+from ._common._build import COMPILED_MODULES as _COMPILED_MODULES
+from ._common._build import prefer_sources as _prefer_sources
 
 if _os.environ.get("AIOWHEEL_NO_EXTENSIONS", "") not in ("", "0"):
     _prefer_sources(__name__, __path__)
 
-from ._build import is_compiled as _is_compiled
-from ._census import (
-    LoopLag,
-    PendingTimer,
-    current_deadline,
-    loop_lag,
-    pending_timers,
-    time_left,
-    timer_census,
-    track_origins,
-)
-from ._default import (
+from ._common._build import is_compiled as _is_compiled
+from ._common._errors import PendingLimitError, TimerClosedError
+from ._common._lingering import LingeringTimerWarning
+from ._loopmode._default import (
     call_at,
     call_later,
     get_timer,
@@ -40,14 +32,30 @@ from ._default import (
     timeout_at,
     wait_for,
 )
-from ._errors import PendingLimitError, TimerClosedError
-from ._lingering import LingeringTimerWarning
-from ._loop import LoopConfig, LoopFactory, config_of, loop_factory, new_event_loop, run, timer_of
-from ._periodic import Interval, PeriodicHandle, Watchdog
-from ._purgatory import DelayedOperation, Purgatory, PurgatoryStats
-from ._store import native as _native
-from ._timeout import Timeout
-from ._timer import Timer, TimerStats
+from ._loopmode._loop import (
+    LoopConfig,
+    LoopFactory,
+    config_of,
+    loop_factory,
+    new_event_loop,
+    run,
+    timer_of,
+)
+from ._purgatory._purgatory import DelayedOperation, Purgatory, PurgatoryStats
+from ._seeing._census import (
+    LoopLag,
+    PendingTimer,
+    current_deadline,
+    loop_lag,
+    pending_timers,
+    time_left,
+    timer_census,
+    track_origins,
+)
+from ._time._periodic import Interval, PeriodicHandle, Watchdog
+from ._time._store import native as _native
+from ._time._timeout import Timeout
+from ._time._timer import Timer, TimerStats
 
 COMPILED: bool = _is_compiled(__name__, _COMPILED_MODULES)
 """True if the compiled (mypyc) build of aiowheel's hot modules is running."""
@@ -57,9 +65,9 @@ NATIVE: bool = _native is not None
 ``call_at`` / ``call_later``) runs: the compiled build has it, the pure-Python one does not."""
 
 if TYPE_CHECKING:
-    from ._handles import TimerHandle
+    from ._time._handles import TimerHandle
 else:  # the class the running build's handles are (the same API)
-    from ._handles import TimerHandle
+    from ._time._handles import TimerHandle
 
     if _native is not None:
         TimerHandle = _native.TimerHandle

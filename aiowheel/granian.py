@@ -22,14 +22,16 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import _bases, loops
+from . import loops
+from ._common import _bases
 
 __all__ = ["register"]
 
 
 def _choices() -> dict[str, tuple[list[str], Callable[[], asyncio.AbstractEventLoop]]]:
     """granian's ``--loop`` name -> (the packages granian checks for it, aiowheel's factory):
-    every base whose record says granian offers it (:mod:`aiowheel._bases`), then ``auto``."""
+    every base whose record says granian offers it (:mod:`aiowheel._common._bases`), then
+    ``auto``."""
     choices = {
         record.name: ([] if record.module is None else [record.module], loops.factory(record.name))
         for record in _bases.RECORDS

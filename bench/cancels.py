@@ -64,9 +64,7 @@ async def _churn(cancels: int) -> dict[str, int]:
 def _factories(name: str) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     base = aiowheel.loops.base_class(name)
     named = aiowheel.loops.factory(name)
-    own: Callable[[], asyncio.AbstractEventLoop] = (
-        asyncio.new_event_loop if base is None else base
-    )
+    own: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop if base is None else base
     return {
         "own": own,
         "loop mode": lambda: aiowheel.new_event_loop(base),
@@ -102,8 +100,12 @@ def main(argv: list[str]) -> int:
             soon = "no handle" if counts["call_soon"] < 0 else counts["call_soon"]
             print(f"  {name:10} {label:32} timers {counts['timers']:>7,}  call_soon {soon}")
     if args.json:
-        args.json.write_text(json.dumps({"python": sys.version.split()[0],
-                                         "cancels": args.cancels, "reports": found}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {"python": sys.version.split()[0], "cancels": args.cancels, "reports": found},
+                indent=1,
+            )
+        )
     wheel = [name for name, loops in found.items() if loops["loop mode, threshold=0"]["timers"]]
     if wheel:
         print(f"a cancelled wheel timer drew a report on: {', '.join(wheel)}")

@@ -639,9 +639,21 @@ def profile_start(pid: int, name: str, seconds: float, args: argparse.Namespace)
     spy = shutil.which("py-spy")
     if spy is None:
         raise SystemExit("--profile needs py-spy on PATH (pip install py-spy)")
-    command = [spy, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
-               "--rate", "200",
-               "--format", "raw", "--nonblocking", "-o", str(out)]
+    command = [
+        spy,
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        str(max(1, round(seconds))),
+        "--rate",
+        "200",
+        "--format",
+        "raw",
+        "--nonblocking",
+        "-o",
+        str(out),
+    ]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), out
 
 
@@ -744,8 +756,9 @@ def run_one(contender: str, clients: Clients, args: argparse.Namespace) -> dict[
         "live_closing_p99_ms": closing_lat["p99"],
         "live_closing_msgs": closing_lat["n"],
         "closing_server_lag_max_ms": s_exp["closing_lag"]["max"],
-        "closing_client_lag_max_ms": max((c["closing_lag"]["max"] for c in exp
-                                          if c["closing_lag"]["n"]), default=float("nan")),
+        "closing_client_lag_max_ms": max(
+            (c["closing_lag"]["max"] for c in exp if c["closing_lag"]["n"]), default=float("nan")
+        ),
     }
     loop_mode = contender.startswith("loop-mode")
     problems = []
@@ -993,8 +1006,10 @@ def plot(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, path
         ax.set_xticks(range(len(names)), [_label(n) for n in names], fontsize=8)
         ax.set_title(label, fontsize=10)
     python = getattr(args, "python", None) or sys.version.split()[0]  # a run's, when drawn again
-    fig.suptitle(f"websocket hub, {args.connections:,} connections (Python "
-                 f"{python}, 2 cores): median of {args.rounds}, bars worst-best")
+    fig.suptitle(
+        f"websocket hub, {args.connections:,} connections (Python "
+        f"{python}, 2 cores): median of {args.rounds}, bars worst-best"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

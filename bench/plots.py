@@ -18,8 +18,16 @@ from typing import Any
 from .registry import CONTENDERS, Results
 from .targets import fmt
 
-COLOURS = {"asyncio": "#1f77b4", "uvloop": "#d62728", "rloop": "#2ca02c", "zuvloop": "#9467bd",
-           "veloxloop": "#ff7f0e", "zloop": "#8c564b", "bracio": "#e377c2", "rsloop": "#17becf"}
+COLOURS = {
+    "asyncio": "#1f77b4",
+    "uvloop": "#d62728",
+    "rloop": "#2ca02c",
+    "zuvloop": "#9467bd",
+    "veloxloop": "#ff7f0e",
+    "zloop": "#8c564b",
+    "bracio": "#e377c2",
+    "rsloop": "#17becf",
+}
 STYLES = {"loop-mode": "-", "loop": "--", "aiowheel": ":"}
 LABELS = {"loop-mode": "loop mode on", "loop": "the loop's own:", "aiowheel": "aiowheel API on"}
 
@@ -99,9 +107,7 @@ def storms(results: Results, path: Path) -> bool:
             values = [results.median("storm", param, c, metric) or 0 for c in names]
             ax.barh([r + (i - 1) * height for r in rows], values, height, alpha=shade,
                     color="#444444", label=metric.replace("_ms", ""))  # fmt: skip
-        labels = [
-            f"{c}  (early: {fmt(results.median('storm', param, c, 'early'))})" for c in names
-        ]
+        labels = [f"{c}  (early: {fmt(results.median('storm', param, c, 'early'))})" for c in names]
         ax.set_yticks(list(rows), labels, fontsize=9)
         ax.invert_yaxis()
         ax.set_xlabel("lateness, ms by loop.time() (lower is better)")
@@ -121,4 +127,3 @@ def draw(results: Results, out: Path) -> list[Path]:
         if figure(results, out / name):
             written.append(out / name)
     return written
-

@@ -24,8 +24,8 @@ from aiowheel.loops import BASES
 
 from . import workloads as w
 
-# The loop-mode bases (aiowheel.loops.BASES, from their records in aiowheel._bases), then the
-# loops that run as peers only: rsloop's loop class is not an asyncio.AbstractEventLoop, which
+# The loop-mode bases (aiowheel.loops.BASES, from their records in aiowheel._common._bases), then
+# the loops that run as peers only: rsloop's loop class is not an asyncio.AbstractEventLoop, which
 # loop mode asks of a base.
 LOOPS = tuple(BASES)
 PEER_ONLY = ("rsloop",)

@@ -37,7 +37,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-
 def stop(server: subprocess.Popen[bytes]) -> None:
     """End a server process: SIGTERM, then SIGKILL if it has not exited within 60 s."""
     server.send_signal(signal.SIGTERM)

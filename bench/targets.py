@@ -235,8 +235,7 @@ def judge_peers(results: Results) -> list[dict[str, Any]]:
             ours = _best(results, workload, param, metric, LOOP_MODE, lower)
             theirs = _best(results, workload, param, metric, PEERS, lower)
             text = (
-                f"vs the fastest peer: {workload} ({param}) "
-                f"{'<=' if lower else '>='} {need:.2f}x"
+                f"vs the fastest peer: {workload} ({param}) {'<=' if lower else '>='} {need:.2f}x"
             )
             if ours is None or theirs is None:
                 judged.append({"target": text, "met": None, "measured": "not measured"})

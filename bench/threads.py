@@ -18,7 +18,8 @@ The contenders are the loops themselves (asyncio's, uvloop) and loop mode over e
 (``aiowheel.loop_factory``), where ``call_later`` and ``asyncio.timeout`` file on the wheel;
 ``aiowheel-api/asyncio`` is asyncio's loop with aiowheel's module-level helpers
 (``aiowheel.call_later``, ``aiowheel.timeout``: the default timer of each thread's loop). rloop
-is left out: rloop 0.5 does not run one loop per thread reliably on its own (tests/test_threads.py).
+is left out: rloop 0.5 does not run one loop per thread reliably on its own
+(tests/time/test_threads.py).
 
 Throughput is the work of every thread over the wall time from the moment they are released
 together to the moment the last one is done (each thread times its own work; the loops are made

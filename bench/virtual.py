@@ -111,9 +111,7 @@ def check_sleepers(name: str, woke: list[tuple[float, float]], tasks: int) -> st
     return None
 
 
-def measure(
-    rounds: int, tasks: int, retry_count: int
-) -> dict[str, dict[str, list[float] | str]]:
+def measure(rounds: int, tasks: int, retry_count: int) -> dict[str, dict[str, list[float] | str]]:
     """{workload: {contender: [microseconds per event per round] or why it failed}}."""
     delays = sleeper_delays(tasks)
     waits = backoffs(retry_count)
@@ -164,9 +162,7 @@ def table(results: dict[str, dict[str, list[float] | str]]) -> str:
                 continue
             median = statistics.median(cell)
             ratio = f"  {ref / median:5.2f}x looptime's speed" if ref else ""
-            lines.append(
-                f"  {name:20} {median:8.2f}  ({max(cell):.2f}-{min(cell):.2f}){ratio}"
-            )
+            lines.append(f"  {name:20} {median:8.2f}  ({max(cell):.2f}-{min(cell):.2f}){ratio}")
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import aiowheel
 import aiowheel.loops
-from aiowheel._wheel import Entry, Wheel
+from aiowheel._time._wheel import Entry, Wheel
 
 # A server's loop runs between requests: the churn workloads yield to it every this many ops.
 OPS_PER_ITERATION = 1000

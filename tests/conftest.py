@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-import aiowheel._inbound
+import aiowheel._deadlines._inbound
 import aiowheel.loops
 from tests import support
 
@@ -114,4 +114,6 @@ def _the_gil_stays_off() -> Iterator[None]:
 def _bad_header_warnings_start_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test logs its own bad inbound deadline headers: the rate limit's memory (one
     warning per client per minute) is the test's, not left over from an earlier one."""
-    monkeypatch.setattr(aiowheel._inbound, "_bad_headers", aiowheel._inbound._Warnings())
+    monkeypatch.setattr(
+        aiowheel._deadlines._inbound, "_bad_headers", aiowheel._deadlines._inbound._Warnings()
+    )

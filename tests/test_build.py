@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import aiowheel
-from aiowheel._build import COMPILED_MODULES
+from aiowheel._common._build import COMPILED_MODULES
 from tests.support import ROOT, json_from_build
 
 # Each entry is evaluated in a fresh interpreter under both builds; the outcome (exception type
@@ -67,7 +67,7 @@ BAD_INPUT_PROBES = [
     "arun(lambda t: t.wait_for(asyncio.sleep(0), '1'))",
     "arun(reschedule_to('later'))",
     "arun(reschedule_to(nan))",
-    # loop mode's call_at / call_later (aiowheel._loopcalls), in front of the engine
+    # loop mode's call_at / call_later (aiowheel._loopmode._loopcalls), in front of the engine
     "lrun(lambda l: l.call_later('5', print))",
     "lrun(lambda l: l.call_later(None, print))",
     "lrun(lambda l: l.call_later(nan, print))",
@@ -89,7 +89,7 @@ from decimal import Decimal
 from fractions import Fraction
 from math import nan
 from aiowheel import COMPILED, Timer, new_event_loop
-from aiowheel._wheel import Entry, Wheel
+from aiowheel._time._wheel import Entry, Wheel
 
 def run(use):
     async def main():
@@ -166,7 +166,10 @@ def test_bad_input_reads_the_same_in_both_builds() -> None:
     pure = _probe(no_extensions=True)
     assert pure["compiled"] is False
     for probe, got, want in zip(
-        BAD_INPUT_PROBES, compiled["outcomes"], pure["outcomes"], strict=True  # type: ignore[call-overload]
+        BAD_INPUT_PROBES,
+        compiled["outcomes"],
+        pure["outcomes"],
+        strict=True,  # type: ignore[call-overload]
     ):
         assert got == want, f"{probe}: compiled {got} vs pure Python {want}"
     # No mypyc wording leaked anywhere, and the probes really probe bad input.

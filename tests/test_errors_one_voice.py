@@ -10,8 +10,8 @@ builds give the same exception and message for every row
 The edges of single rooms stay in their own tests, a row or two of each here: NaN's many
 spellings (``tests/test_validate.py``), the middlewares' every option (``tests/integration/
 test_deadlines.py``); the pytest plugin's options and markers are usage errors
-(``tests/test_pytest_plugin.py``), and the purgatory's are its room's
-(``tests/test_purgatory.py``).
+(``tests/plugin/test_pytest_plugin.py``), and the purgatory's are its room's
+(``tests/purgatory/test_purgatory.py``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Validation (``aiowheel._validate``) as a user meets it: the README's bad-input table, row by
-row. Each bad argument gets a clear exception naming the problem and leaves nothing filed; the
+"""Validation (``aiowheel._common._validate``) as a user meets it: the README's bad-input table, row
+by row. Each bad argument gets a clear exception naming the problem and leaves nothing filed; the
 misuse errors of each entry point are in its own room's tests (and compared across the two
 builds in ``test_build.py``)."""
 
@@ -192,7 +192,7 @@ async def test_cancel_from_another_thread_is_refused_in_debug_mode_and_free_thre
             thread.join()
             # Without the GIL every cancel from another thread is checked, in both builds (the
             # wheel would race the loop's thread; the native core asks the engine, #35 E):
-            # tests/test_threads.py has the stress.
+            # tests/time/test_threads.py has the stress.
             if debug or FREE_THREADED:  # refused, and nothing changed
                 assert isinstance(errors[0], RuntimeError)
                 assert "loop.call_soon_threadsafe(handle.cancel)" in str(errors[0])

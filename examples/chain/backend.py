@@ -152,8 +152,6 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-
-
 class _PassThrough(grpc.aio.ServerInterceptor):
     """``layers``: a server interceptor that does nothing, where DeadlineInterceptor sits."""
 

@@ -194,8 +194,6 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-
-
 @web.middleware
 async def _pass_through(request: web.Request, handler: Any) -> web.StreamResponse:
     """``layers``: an aiohttp middleware that does nothing, where deadline_middleware sits."""

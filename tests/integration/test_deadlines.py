@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import aiowheel
-import aiowheel._inbound
+import aiowheel._deadlines._inbound
 import aiowheel.testing
 from aiowheel.aiohttp import deadline_middleware
 from aiowheel.asgi import (
@@ -303,9 +303,13 @@ async def test_a_bad_inbound_header_is_ignored_logged_and_the_default_applies(
     bad = ["", "abc", "-1", "0", "0m", "1e3", "inf", "nan", "1.5.2", "+3", "123456789m", "2 S",
            "10h", "\u0661", "1" * 100]  # fmt: skip
     deadlines: list[float] = []
-    monkeypatch.setattr(aiowheel._inbound, "_bad_headers", aiowheel._inbound._Warnings())
+    monkeypatch.setattr(
+        aiowheel._deadlines._inbound, "_bad_headers", aiowheel._deadlines._inbound._Warnings()
+    )
     now = [1000.0]
-    monkeypatch.setattr(aiowheel._inbound, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(
+        aiowheel._deadlines._inbound, "time", SimpleNamespace(monotonic=lambda: now[0])
+    )
 
     def body(expired: Expired) -> bytes:
         deadlines.append(expired.deadline - expired.started)
@@ -331,7 +335,7 @@ async def test_a_bad_inbound_header_is_ignored_logged_and_the_default_applies(
         await call(["1", "1.5"], "10.1.0.1")
     assert deadlines == [2.0] * (len(bad) + 1)
     # A flood of bad headers from many clients: the first ten in the minute are logged.
-    limit = aiowheel._inbound.WARNINGS_PER_MINUTE
+    limit = aiowheel._deadlines._inbound.WARNINGS_PER_MINUTE
     assert len(logged()) == limit
     assert "ignored the x-request-timeout header 'abc' from 10.0.0.1" in logged()[1].getMessage()
     assert all(r.levelno == logging.WARNING for r in logged())

@@ -67,7 +67,7 @@ class Failed(Exception):
 
 # A base of loop mode's with a ``_run_once`` of its own (a framework's loop), in a module of its
 # own: the code of the module that defines a base's _run_once sees the heap, not the readers'
-# list (aiowheel._scheduled), and this module's reads are a reader's.
+# list (aiowheel._loopmode._scheduled), and this module's reads are a reader's.
 _framework: dict[str, Any] = {"asyncio": asyncio, "__name__": "framework_loop_differential"}
 exec(
     "class SubclassLoop(asyncio.SelectorEventLoop):\n"
@@ -290,8 +290,10 @@ def check_allowed(run: Run, tolerance: float) -> None:
     for position, (a, _) in enumerate(timed):
         for b, b_at in timed[:position]:  # b ran before a
             if run.deadlines[a] + tolerance < run.deadlines[b] and run.filed_at[a] < b_at:
-                pytest.fail(f"timer {a} (deadline {run.deadlines[a]}) ran after {b} "
-                            f"(deadline {run.deadlines[b]})")
+                pytest.fail(
+                    f"timer {a} (deadline {run.deadlines[a]}) ran after {b} "
+                    f"(deadline {run.deadlines[b]})"
+                )
 
 
 def compare(stock: Run, wheel: Run, exact_reads: bool) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import aiowheel
-from aiowheel._baseheap import WakeUp
+from aiowheel._time._wakeup import WakeUp
 
 
 def drain(loop: Any, limit: int = 20_000) -> int:

@@ -24,8 +24,8 @@ import pytest
 
 import aiowheel
 import aiowheel.testing
-from aiowheel._dispatch import DEFAULT_MAX_BATCH, PACE
-from aiowheel._loop import LoopFactory
+from aiowheel._loopmode._loop import LoopFactory
+from aiowheel._time._dispatch import DEFAULT_MAX_BATCH, PACE
 
 pytestmark = pytest.mark.bases("asyncio", "uvloop")
 
@@ -96,7 +96,7 @@ def test_a_batch_larger_than_max_batch_runs_in_deadline_order_with_the_loop_betw
             writer.send(b"x")  # readable from the loop's next poll on
 
         # A chunk takes 2 ms: the loop's poll between two chunks is shorter than the fair
-        # share's floor (aiowheel._dispatch.Backlog.run), so one chunk per iteration.
+        # share's floor (aiowheel._time._dispatch.Backlog.run), so one chunk per iteration.
         _file_due_batch(loop, ran, first, work=0.0005)
 
         async def main() -> None:

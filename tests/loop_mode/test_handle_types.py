@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import aiowheel
-from aiowheel._loop import _near_pad
+from aiowheel._common._bases import near_pad
 from tests.support import BASES, ROOT
 
 PAGE = ROOT / "docs" / "loop-mode.md"
@@ -124,7 +124,7 @@ def test_each_handle_is_of_the_type_the_page_names(base: Any) -> None:
 
 def _padded(base: type[asyncio.AbstractEventLoop] | None) -> bool:
     """Whether ``base``'s heap would run a timer early (loop mode pads it there)."""
-    return base is not None and _near_pad(base) > 0
+    return base is not None and near_pad(base) > 0
 
 
 @pytest.mark.bases("uvloop", "rloop")

@@ -23,7 +23,7 @@ import pytest
 
 import aiowheel
 from aiowheel import timer_of
-from aiowheel._loop import _near_pad
+from aiowheel._common._bases import near_pad
 from tests.support import Base
 
 # The default threshold, as a user reads it: the config of a default factory.
@@ -141,7 +141,7 @@ def test_anyio_runs_on_a_loop_mode_loop(base: Base) -> None:
 
 def test_far_deadlines_go_to_the_wheel_near_ones_to_the_loop(base: Base) -> None:
     # Near ones to the loop's heap where it is exact (asyncio's); on a base whose heap would
-    # run them early, to the wheel too (aiowheel._loop._threshold).
+    # run them early, to the wheel too (aiowheel._loopmode._loop._threshold).
     padded = base is not None
 
     async def main() -> None:
@@ -548,7 +548,7 @@ def test_a_near_deadline_is_on_the_wheel_where_the_heap_is_padded(base: Base) ->
 
     loop = aiowheel.new_event_loop(Recording)
     try:
-        assert _near_pad(Recording) == pad > 0
+        assert near_pad(Recording) == pad > 0
         handles = [
             loop.call_later(0.005, near),
             loop.call_at(loop.time() + 0.005, near),

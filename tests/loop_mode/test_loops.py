@@ -12,7 +12,10 @@ import pytest
 import aiowheel
 import aiowheel.loops
 import aiowheel.testing
-from aiowheel import _bases, _loop, _virtual, timer_of
+from aiowheel import timer_of
+from aiowheel._common import _bases
+from aiowheel._loopmode import _loop, _loops
+from aiowheel._virtual import _virtual
 from tests.support import BASES, ROOT, run_python
 
 INSTALLED = [
@@ -111,7 +114,7 @@ def test_the_bracio_factory_files_every_deadline_ahead_on_the_wheel(
     class StandIn(asyncio.SelectorEventLoop):
         pass
 
-    monkeypatch.setattr(aiowheel.loops, "base_class", lambda name: StandIn)
+    monkeypatch.setattr(_loops, "base_class", lambda name: StandIn)
     loop = aiowheel.loops.bracio()
     other = aiowheel.loops.zloop()
     try:
@@ -160,7 +163,8 @@ def test_factory_imports_no_base_library_until_called() -> None:
     code = (
         "import sys, aiowheel.loops\n"
         "for name in aiowheel.loops.BASES: aiowheel.loops.factory(name)\n"
-        "print(sorted(r.module for r in aiowheel._bases.RECORDS if r.module in sys.modules))\n"
+        "print(sorted(r.module for r in aiowheel._common._bases.RECORDS\n"
+        "            if r.module in sys.modules))\n"
     )
     proc = run_python(["-c", code], timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -168,7 +172,8 @@ def test_factory_imports_no_base_library_until_called() -> None:
     assert out.strip() == "[]"
 
 
-# -- one record per base (aiowheel._bases), and everything reads it ---------------------------
+# -- one record per base (aiowheel._common._bases), and everything reads it
+# ---------------------------
 
 
 def _extras() -> dict[str, list[str]]:
@@ -239,7 +244,7 @@ def test_loop_mode_reads_each_installed_base_from_its_record(
         assert _bases.of_class(type("Sub", (base,), {})) is record  # a subclass keeps the heap
     else:
         assert _bases.of_class(cls) is None  # asyncio's own classes: the asyncio record's
-    assert _loop._near_pad(cls) == record.pad
+    assert _bases.near_pad(cls) == record.pad
     if issubclass(cls, asyncio.BaseEventLoop):
         assert record.pad == 0.0
     loop = aiowheel.new_event_loop(base)
@@ -279,7 +284,7 @@ def test_a_base_with_no_record_gets_the_unmeasured_pad() -> None:
         pass
 
     assert _bases.of_class(Foreign) is None
-    assert _loop._near_pad(Foreign) == _bases.UNMEASURED_PAD
+    assert _bases.near_pad(Foreign) == _bases.UNMEASURED_PAD
 
 
 @pytest.mark.parametrize("record", _bases.RECORDS[1:], ids=lambda record: record.name)
@@ -289,7 +294,7 @@ def test_each_factory_files_as_its_record_says(
     class StandIn(asyncio.SelectorEventLoop):
         pass
 
-    monkeypatch.setattr(aiowheel.loops, "base_class", lambda name: StandIn)
+    monkeypatch.setattr(_loops, "base_class", lambda name: StandIn)
     loop = aiowheel.loops.factory(record.name)()
     try:
         config = aiowheel.config_of(loop)
@@ -304,7 +309,7 @@ def test_a_missing_base_library_is_named_with_its_record_extra_and_python() -> N
     # A fresh interpreter where no base library imports, as where none is installed.
     code = (
         "import sys\n"
-        "from aiowheel import _bases\n"
+        "from aiowheel._common import _bases\n"
         "for record in _bases.RECORDS[1:]: sys.modules[record.module] = None\n"
         "import aiowheel.loops\n"
         "for record in _bases.RECORDS[1:]:\n"
@@ -348,7 +353,7 @@ def test_gunicorn_workers_name_bases_the_factory_knows() -> None:
 
 
 def test_the_pads_are_the_measured_ones() -> None:
-    # The loop-mode page and aiowheel._loop's docstring: a millisecond on uvloop (whole
+    # The loop-mode page and aiowheel._loopmode._loop's docstring: a millisecond on uvloop (whole
     # milliseconds) and veloxloop (its own timers fire early), a microsecond on rloop, zuvloop
     # and zloop, none on asyncio's heap (bracio's too).
     pads = {record.name: record.pad for record in _bases.RECORDS}

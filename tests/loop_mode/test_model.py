@@ -167,7 +167,11 @@ def run_model(tick: float, start: float, far: bool, seed: int, base: Any = None)
                     expected = victim not in ran and not handles[victim].cancelled()
                     answer = handles[victim].cancel()
                     assert answer is expected, (
-                        victim, answer, wheel_of.get(victim), handles[victim], loop.time()
+                        victim,
+                        answer,
+                        wheel_of.get(victim),
+                        handles[victim],
+                        loop.time(),
                     )
                     if answer:
                         cancelled.add(victim)

@@ -6,7 +6,7 @@ real-time heap under a virtual clock; C the loop's own wheel closed under a pend
 ``asyncio.sleep``; D a ``slots`` the native core refuses accepted at construction; G a
 heartbeat beside a loop timer run out of deadline order in a late pass; H a clock past 2**62
 ticks on which the native core fired nothing. (E and F, the free-threaded ones, are in
-``tests/test_threads.py``.) The suite runs on both builds, so each test holds for both.
+``tests/time/test_threads.py``.) The suite runs on both builds, so each test holds for both.
 
 A hang would stall the suite instead of failing it: the virtual-clock runs go through
 :func:`_finishes`, which runs them in a daemon thread and fails the test if they do not end.
@@ -238,8 +238,8 @@ def test_slots_past_the_limit_are_refused_at_construction_as_the_core_refuses_th
     ):
         aiowheel.Timer(slots=2**21)
     if aiowheel.NATIVE:  # the native core's limit is the wheel's, with the same words
-        from aiowheel import _core  # type: ignore[attr-defined]
-        from aiowheel._wheel import MAX_SLOTS
+        from aiowheel._time import _core  # type: ignore[attr-defined]
+        from aiowheel._time._wheel import MAX_SLOTS
 
         assert len(_core.Core(lambda: None, 0.001, MAX_SLOTS, 0.0, None)) == 0
         with pytest.raises(ValueError, match=r"^slots must be a power of two from 2 to 1048576"):

@@ -1,0 +1,402 @@
+"""The ``grpc.aio`` adapter of the request deadlines, :mod:`aiowheel.grpc` (whose docstring is the
+user's guide): ``DeadlineInterceptor`` for servers, ``PropagateDeadline`` for channels.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
+from importlib import import_module
+from typing import Any, Final, TypeAlias, final
+
+import grpc
+from grpc import aio
+from grpc.aio import _base_call
+
+from ._budget import DEFAULT_MARGIN, outgoing
+from ._deadline import BudgetExhausted, Deadlines, Request, current
+from ._settings import Settings, nonnegative
+
+__all__ = ["DeadlineInterceptor", "PropagateDeadline"]  # and BudgetExhausted, asgi's, imported
+
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only in the stubs
+
+_WRAPPED: Final = 4096  # methods whose wrapped handler a DeadlineInterceptor keeps
+
+_NO_DEADLINE: Final = 1e9  # gRPC's time_remaining() for a call without one: more than this
+
+
+@final
+class DeadlineInterceptor(aio.ServerInterceptor):
+    """Every method of a ``grpc.aio`` server under a deadline that stops its work::
+
+        server = grpc.aio.server(interceptors=[aiowheel.grpc.DeadlineInterceptor(timeout=5)])
+
+    ``timeout``: each method's own deadline in seconds, or None for none (then only the
+    caller's deadline applies). ``overrides``: ``{method: seconds}`` for methods of their own,
+    longer or shorter, by full name (``"/shop.Orders/Export"``) or prefix ending in ``*``
+    (``"/shop.Reports/*"``; the longest wins). The caller's deadline caps either: never
+    longer. Arguments are checked here (TypeError / ValueError naming the interceptor).
+
+    At the deadline the handler's task is cancelled and the call ends with
+    ``DEADLINE_EXCEEDED``. A handler that raises :class:`aiowheel.asgi.BudgetExhausted`
+    (a call it could not finish in time) ends the call the same way.
+    """
+
+    __slots__ = ("_deadlines", "_settings", "_wrapped")
+
+    def __init__(
+        self, timeout: float | None = None, *, overrides: Mapping[str, float] | None = None
+    ) -> None:
+        """Check the arguments (see the class)."""
+        own = _NO_DEADLINE if timeout is None else timeout
+        self._settings = Settings(
+            "DeadlineInterceptor", own, overrides, None, keys="gRPC method names"
+        )
+        self._deadlines = Deadlines()
+        self._wrapped: dict[str, tuple[Handler, Handler]] = {}  # method: its handler, wrapped
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        """The method's handler, its behaviour wrapped in the deadline (grpc.aio's hook)."""
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        method: str = handler_call_details.method
+        known = self._wrapped.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]  # a server's handlers are made once: so is their wrapping
+        settings = self._settings
+        seconds = settings.seconds_for(method) if settings.by_path else settings.timeout
+        wrapped = _wrapped(handler, self._deadlines, seconds, method)
+        if len(self._wrapped) >= _WRAPPED:
+            self._wrapped.clear()  # handlers made per call (unusual): kept no longer
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+
+def _wrapped(handler: Handler, deadlines: Deadlines, seconds: float, method: str) -> Handler:
+    """``handler`` with its behaviour (whichever of the four it is) under the deadline."""
+    h: Any = handler
+    if h.request_streaming and h.response_streaming:
+        behaviour, make = h.stream_stream, grpc.stream_stream_rpc_method_handler
+    elif h.request_streaming:
+        behaviour, make = h.stream_unary, grpc.stream_unary_rpc_method_handler
+    elif h.response_streaming:
+        behaviour, make = h.unary_stream, grpc.unary_stream_rpc_method_handler
+    else:
+        behaviour, make = h.unary_unary, grpc.unary_unary_rpc_method_handler
+    if inspect.isasyncgenfunction(behaviour):
+        guarded: Any = _streamed(behaviour, deadlines, seconds, method)
+    elif inspect.iscoroutinefunction(behaviour):
+        guarded = _awaited(behaviour, deadlines, seconds, method)
+    else:
+        return handler  # a plain function, run in a thread: nothing to cancel
+    made: Handler = make(
+        guarded,
+        request_deserializer=h.request_deserializer,
+        response_serializer=h.response_serializer,
+    )
+    return made
+
+
+def _start(
+    deadlines: Deadlines, seconds: float, method: str, context: aio.ServicerContext[Any, Any]
+) -> Request | None:
+    """The call's deadline, started in its task; None if nothing bounds it."""
+    remaining = context.time_remaining()
+    cap = None
+    if remaining is not None and remaining < _NO_DEADLINE:
+        cap = max(remaining, 0.0)
+        if cap < seconds:
+            seconds = cap
+    if seconds >= _NO_DEADLINE:
+        return None
+    return deadlines.start(seconds, cap, method)
+
+
+async def _exceeded(context: aio.ServicerContext[Any, Any]) -> None:
+    """End the call with DEADLINE_EXCEEDED (raises grpc.aio's AbortError)."""
+    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+
+
+def _awaited(
+    behaviour: Callable[..., Awaitable[Any]], deadlines: Deadlines, seconds: float, method: str
+) -> Callable[[Any, aio.ServicerContext[Any, Any]], Awaitable[Any]]:
+    """A coroutine behaviour (unary response, or a stream written with ``context.write``)
+    awaited under the deadline in the call's task."""
+
+    async def under_deadline(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+        state = _start(deadlines, seconds, method, context)
+        if state is None:
+            return await behaviour(request, context)
+        token = current.set(state)
+        try:
+            response = await behaviour(request, context)
+        except BaseException as exc:
+            current.reset(token)
+            if not Deadlines.end(state, exc):
+                raise  # not the deadline's
+        else:
+            current.reset(token)
+            if not Deadlines.end(state, None):
+                return response
+        await _exceeded(context)
+
+    under_deadline.__qualname__ = getattr(behaviour, "__qualname__", "behaviour")
+    return under_deadline
+
+
+def _streamed(
+    behaviour: Callable[..., AsyncIterator[Any]], deadlines: Deadlines, seconds: float, method: str
+) -> Callable[[Any, aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
+    """An async generator behaviour (a stream of responses) iterated under the deadline: each
+    response is produced in the call's task, so the deadline cuts the stream where it waits."""
+
+    async def under_deadline(
+        request: Any, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        state = _start(deadlines, seconds, method, context)
+        if state is None:
+            async for response in behaviour(request, context):
+                yield response
+            return
+        stream = behaviour(request, context)
+        token = current.set(state)  # in the call's task's context: grpc iterates us there
+        try:
+            try:
+                async for response in stream:
+                    yield response
+            finally:
+                await stream.aclose()  # type: ignore[attr-defined]
+        except BaseException as exc:
+            current.reset(token)
+            if not Deadlines.end(state, exc):
+                raise
+        else:
+            current.reset(token)
+            if not Deadlines.end(state, None):
+                return
+        await _exceeded(context)
+
+    under_deadline.__qualname__ = getattr(behaviour, "__qualname__", "behaviour")
+    return under_deadline
+
+
+def _representable(seconds: float) -> float:
+    """``seconds`` lowered so that what gRPC sends as ``grpc-timeout`` is no more than it.
+
+    Three things in gRPC's core (grpcio 1.85) send a callee more than the timeout given:
+    the call's deadline is kept in whole milliseconds (up to 2 ms more); the time left is
+    sent in units of three significant figures (ms below 1 s, 10 ms below 10 s, 100 ms below
+    100 s, ...), rounded up to the next unit (1.23 s arrives as 1.24, 12.3 s as 12.4); and
+    HPACK's encoder sends a timeout it sent before on the connection in place of one up to 3%
+    shorter (``TimeoutCompressorImpl``: 0.291 s arrived as 0.300 after a 0.3 s call). So the
+    timeout given is 2 ms less, divided by 1.031, rounded down to its unit, less one unit:
+    the callee is never told it has more than ``seconds`` (3-4% less, and 2 ms)."""
+    lowered = (seconds - 0.002) / 1.031
+    if lowered <= 0.001:
+        return max(lowered, 1e-6)  # a millisecond or two: nothing to spare, nothing to round
+    unit = 0.001 if lowered < 1 else 10.0 ** (math.floor(math.log10(lowered)) - 2)
+    return max(math.floor(lowered / unit) - 1, 1) * unit
+
+
+@final
+class PropagateDeadline(
+    aio.UnaryUnaryClientInterceptor,
+    aio.UnaryStreamClientInterceptor,
+    aio.StreamUnaryClientInterceptor,
+    aio.StreamStreamClientInterceptor,
+):
+    """A ``grpc.aio`` channel's calls carry the caller's budget as their deadline::
+
+        channel = grpc.aio.insecure_channel(target, interceptors=[PropagateDeadline()])
+
+    A call made inside a budget (a request under one of aiowheel's deadline adapters, or any
+    ``asyncio.timeout`` / ``aiowheel.timeout`` around it) gets ``timeout = min(its own,
+    budget - margin)``; gRPC sends that as ``grpc-timeout``, and the callee's deadline is
+    what is left of the caller's. With no more than ``margin`` left the call raises
+    :class:`aiowheel.asgi.BudgetExhausted` and is never sent. Outside any budget the call is
+    left as it is.
+
+    ``margin``: seconds kept back for the network on each hop (default 5 ms: the callee
+    counts the deadline from when the call arrives, so without one it would give up after
+    the caller; see ``aiowheel._deadlines._budget.DEFAULT_MARGIN``).
+    """
+
+    __slots__ = ("margin",)
+
+    def __init__(self, *, margin: float = DEFAULT_MARGIN) -> None:
+        """Check ``margin`` (a number of seconds, >= 0 and finite)."""
+        self.margin: float = nonnegative("PropagateDeadline()", "margin", margin)
+
+    def _details(self, details: aio.ClientCallDetails) -> aio.ClientCallDetails | None:
+        """``details`` with the budget as its timeout, or None if the call keeps its own (it
+        is shorter, or nothing bounds the caller)."""
+        left = outgoing(self.margin, "PropagateDeadline()")
+        if left is None:
+            return None
+        left = _representable(left)
+        own = details.timeout
+        if own is not None and own <= left:
+            return None
+        changed: aio.ClientCallDetails = details._replace(timeout=left)  # type: ignore[attr-defined]
+        return changed
+
+    async def _sent(
+        self,
+        continuation: Any,
+        details: aio.ClientCallDetails,
+        request: Any,
+        answered: Callable[[Any, aio.ClientCallDetails], Any],
+    ) -> Any:
+        """The call, sent with the budget as its deadline; what the caller gets made by
+        ``answered`` (a unary answer's or a stream's) when the budget set it, else the call."""
+        changed = self._details(details)
+        if changed is None:
+            return await continuation(details, request)
+        return answered(await continuation(changed, request), changed)
+
+    async def intercept_unary_unary(
+        self, continuation: Any, client_call_details: aio.ClientCallDetails, request: Any
+    ) -> Any:
+        """A unary call, with the budget as its deadline."""
+        return await self._sent(continuation, client_call_details, request, _Answered)
+
+    async def intercept_unary_stream(
+        self, continuation: Any, client_call_details: aio.ClientCallDetails, request: Any
+    ) -> Any:
+        """A call with a stream of responses, with the budget as its deadline."""
+        return await self._sent(continuation, client_call_details, request, _streamed_answers)
+
+    async def intercept_stream_unary(
+        self, continuation: Any, client_call_details: aio.ClientCallDetails, request_iterator: Any
+    ) -> Any:
+        """A call with a stream of requests, with the budget as its deadline."""
+        return await self._sent(continuation, client_call_details, request_iterator, _Answered)
+
+    async def intercept_stream_stream(
+        self, continuation: Any, client_call_details: aio.ClientCallDetails, request_iterator: Any
+    ) -> Any:
+        """A call streaming both ways, with the budget as its deadline."""
+        return await self._sent(
+            continuation, client_call_details, request_iterator, _streamed_answers
+        )
+
+
+class _Answered(_base_call.UnaryUnaryCall):  # type: ignore[type-arg]
+    """A unary call as its caller sees it, its ``DEADLINE_EXCEEDED`` raised as
+    :class:`aiowheel.asgi.BudgetExhausted`: the deadline was the budget's, so a deadline
+    adapter above answers it as its own (504, ``DEADLINE_EXCEEDED``), as it answers an httpx
+    or aiohttp call cut by the budget. Everything else is the call's. Awaited in the caller's
+    task, as the call itself would be (no step of the interceptor's task in between)."""
+
+    __slots__ = ("_call", "_details")
+
+    def __init__(self, call: Any, details: aio.ClientCallDetails) -> None:
+        self._call = call
+        self._details = details
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        try:
+            return (yield from self._call.__await__())
+        except aio.AioRpcError as exc:
+            _raise_budget(exc, self._details)
+            raise
+
+    def cancelled(self) -> bool:
+        return bool(self._call.cancelled())
+
+    def cancel(self) -> bool:
+        return bool(self._call.cancel())
+
+    def done(self) -> bool:
+        return bool(self._call.done())
+
+    def add_done_callback(self, callback: Any) -> None:
+        self._call.add_done_callback(callback)
+
+    def time_remaining(self) -> float | None:
+        remaining: float | None = self._call.time_remaining()
+        return remaining
+
+    async def initial_metadata(self) -> Any:
+        return await self._call.initial_metadata()
+
+    async def trailing_metadata(self) -> Any:
+        return await self._call.trailing_metadata()
+
+    async def code(self) -> grpc.StatusCode:
+        code: grpc.StatusCode = await self._call.code()
+        return code
+
+    async def details(self) -> str:
+        details: str = await self._call.details()
+        return details
+
+    async def wait_for_connection(self) -> None:
+        await self._call.wait_for_connection()
+
+
+async def _streamed_answers(call: Any, details: aio.ClientCallDetails) -> AsyncIterator[Any]:
+    """The responses of ``call`` (a stream), its ``DEADLINE_EXCEEDED`` raised as
+    :class:`aiowheel.asgi.BudgetExhausted` (see :func:`_answered`). grpc.aio takes an async
+    iterator from an interceptor in place of the call, and keeps the call for the rest."""
+    try:
+        async for response in call:
+            yield response
+    except aio.AioRpcError as exc:
+        _raise_budget(exc, details)
+        raise
+
+
+def _raise_budget(exc: aio.AioRpcError, details: aio.ClientCallDetails) -> None:
+    """:class:`aiowheel.asgi.BudgetExhausted` from ``exc`` if it is ``DEADLINE_EXCEEDED``."""
+    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        method = details.method
+        name = method.decode("utf-8", "replace") if isinstance(method, bytes) else method
+        raise BudgetExhausted(
+            f"the deadline passed: the gRPC call {name} had the {details.timeout:.3f} s "
+            f"that were left of the budget ({exc.details()})"
+        ) from exc
+
+
+# grpc.aio's Channel files each interceptor under the first of the four kinds it is an instance
+# of (an if/elif chain: grpc/grpc#31442, #40946, #43512; grpcio 1.85 still does), so one
+# PropagateDeadline would reach unary-unary calls only. After a channel is made, ours is filed
+# under every kind it serves that it is missing from; nothing else is touched, and a grpc that
+# files it everywhere itself leaves nothing to do. A grpc without these lists: left as it is.
+_KINDS: Final = (
+    "_unary_unary_interceptors",
+    "_unary_stream_interceptors",
+    "_stream_unary_interceptors",
+    "_stream_stream_interceptors",
+)
+
+
+def _file_under_every_kind(channel: object) -> None:
+    lists = [getattr(channel, name, None) for name in _KINDS]
+    if not all(isinstance(found, list) for found in lists):
+        return
+    ours = [i for found in lists for i in found if isinstance(i, PropagateDeadline)]  # type: ignore[union-attr]
+    for interceptor in dict.fromkeys(ours):
+        for found in lists:
+            if interceptor not in found:  # type: ignore[operator]
+                found.append(interceptor)  # type: ignore[union-attr]
+
+
+_Channel: Any = getattr(import_module("grpc.aio._channel"), "Channel", None)  # the concrete one
+if _Channel is not None and not hasattr(_Channel.__init__, "__aiowheel_grpc__"):
+    _made = _Channel.__init__
+
+    def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+        _made(self, *args, **kwargs)
+        _file_under_every_kind(self)
+
+    _init.__wrapped__ = _made  # type: ignore[attr-defined]
+    _init.__aiowheel_grpc__ = True  # type: ignore[attr-defined]
+    _Channel.__init__ = _init

@@ -1,0 +1,1 @@
+"""The tests of request deadlines and their adapters (aiowheel/_deadlines/)."""

@@ -1,0 +1,1 @@
+"""The tests of the pytest plugin (aiowheel/_plugin/, aiowheel.pytest)."""

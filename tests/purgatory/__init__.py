@@ -1,0 +1,1 @@
+"""The tests of the purgatory and its signals (aiowheel/_purgatory/)."""

@@ -1,0 +1,1 @@
+"""The tests of the census and the OpenTelemetry instruments (aiowheel/_seeing/)."""

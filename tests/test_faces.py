@@ -1,0 +1,153 @@
+"""The public faces over the folders (issue 60): nothing a user sees changed when the rooms moved.
+
+Every name the API page documents imports from the path it shows; each face is thin (a
+docstring, the names it hands on, its ``__all__``), and hands on exactly its room's public
+names (the pytest plugin: every hook too, since pytest finds hooks by name); pickled loop
+factories name only public modules, so a pickle outlives the next move of the rooms.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pickle
+import pickletools
+import re
+from typing import Any
+
+import pytest
+
+import aiowheel
+import aiowheel.testing
+from tests.house import rooms
+from tests.support import PACKAGE, ROOT, grpc_installed
+
+DIRECTIVE = re.compile(r"^\.\. auto(?:function|class|exception|module|data)::\s+([\w.]+)", re.M)
+
+# The faces with an adapter of their own: what a server imports by name and runs (gunicorn's
+# worker classes, made on first use; granian's registry, filled on import and by ``python -m``).
+ADAPTERS = ("gunicorn", "granian")
+SMALL_FACE = 60  # lines of code (the docstring left out): an adapter face at most
+
+
+def _documented() -> list[str]:
+    return DIRECTIVE.findall((ROOT / "docs" / "api.md").read_text())
+
+
+def _import(path: str) -> object:
+    """The object ``path`` names, imported as a user's code would: the longest module prefix,
+    then attributes."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            found = getattr(found, attribute)
+        return found
+    raise ImportError(path)
+
+
+def test_every_name_the_api_page_lists_imports_from_the_path_it_shows() -> None:
+    documented = _documented()
+    assert len(documented) > 50, "the API page's directives were not read"
+    for path in documented:
+        if path.startswith(("aiowheel.gunicorn", "aiowheel.granian")):
+            pytest.importorskip(path.split(".")[1])  # the servers' own packages
+        if path.startswith("aiowheel.grpc") and not grpc_installed():
+            continue  # no grpcio wheel for this interpreter (3.14t): CI requires it elsewhere
+        assert _import(path) is not None, path
+
+
+def _faces() -> dict[str, ast.Module]:
+    return {
+        name: ast.parse(path.read_text())
+        for name, path in rooms().items()
+        if "." not in name and path.suffix == ".py" and name not in ("__init__", "__main__")
+    }
+
+
+def _all(tree: ast.Module) -> list[str]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, list)
+            return value
+    raise AssertionError("no __all__")
+
+
+def test_each_face_is_a_docstring_and_the_names_of_its_room() -> None:
+    faces = _faces()
+    assert set(faces) >= {"loops", "testing", "redis", "asgi", "grpc", "pytest", *ADAPTERS}
+    for name, tree in faces.items():
+        if name in ADAPTERS:
+            code = [node for node in tree.body[1:]]
+            lines = sum((node.end_lineno or node.lineno) - node.lineno + 1 for node in code)
+            assert lines <= SMALL_FACE, f"aiowheel.{name}: {lines} lines of code"
+            continue
+        docstring, *body = tree.body
+        assert isinstance(docstring, ast.Expr) and isinstance(docstring.value, ast.Constant)
+        imports = [node for node in body if isinstance(node, ast.ImportFrom)]
+        assert len(imports) == 1 and len(body) == 2, f"aiowheel.{name} is more than a face"
+        (source,) = imports
+        assert source.level == 1 and (source.module or "").count(".") == 1, source.module
+        room = importlib.import_module(f"aiowheel.{source.module}")
+        handed = {alias.name for alias in source.names}
+        hooks = {hook for hook in vars(room) if hook.startswith("pytest_")}
+        assert handed == set(room.__all__) | hooks, f"aiowheel.{name} and its room differ"
+        assert sorted(_all(tree)) == sorted(room.__all__), name
+
+
+def test_the_plugin_face_hands_pytest_every_hook_of_its_room() -> None:
+    # pytest finds hooks by name on the module it is given: a hook left out of the face is
+    # silently never called (the fuzzing protocol, once: 'aiowheel: 0 tests on loop mode').
+    import aiowheel.pytest
+    from aiowheel._plugin import _hooks
+
+    hooks = {name for name in vars(_hooks) if name.startswith("pytest_")}
+    assert len(hooks) >= 10
+    assert all(getattr(aiowheel.pytest, hook) is getattr(_hooks, hook) for hook in hooks)
+
+
+def _globals(data: bytes) -> set[str]:
+    """The modules a pickle names (each GLOBAL / STACK_GLOBAL's module)."""
+    named: set[str] = set()
+    strings: list[str] = []
+    for opcode, argument, _ in pickletools.genops(data):
+        if opcode.name == "GLOBAL":
+            named.add(str(argument).split(" ")[0])
+        elif opcode.name == "STACK_GLOBAL":
+            named.add(strings[-2])
+        if isinstance(argument, str):
+            strings.append(argument)
+    return named
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        pytest.param(lambda: aiowheel.loop_factory(threshold=0.02), id="loop_factory"),
+        pytest.param(lambda: aiowheel.testing.virtual_loop_factory(start=5.0), id="virtual"),
+        pytest.param(
+            lambda: aiowheel.testing.virtual_loop_factory(seed=3, jitter=0.25), id="fuzzed"
+        ),
+    ],
+)
+def test_a_pickled_factory_names_only_public_modules(factory: Any) -> None:
+    made = factory()
+    data = pickle.dumps(made)
+    named = _globals(data)
+    assert named and all(not part.startswith("_") for m in named for part in m.split(".")), named
+    copy = pickle.loads(data)
+    assert copy == made
+    loop = copy()
+    loop.close()
+
+
+def test_the_top_level_holds_the_faces_and_the_folders_alone() -> None:
+    top = {path.name for path in PACKAGE.iterdir() if not path.name.startswith("__pycache__")}
+    sources = {name for name in top if name.endswith((".py", ".c", ".pyi"))}
+    assert sources == {f"{face}.py" for face in _faces()} | {"__init__.py", "__main__.py"}

@@ -1,0 +1,1 @@
+"""The tests of the driver's rooms (aiowheel/_time/)."""
