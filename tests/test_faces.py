@@ -147,6 +147,28 @@ def test_a_pickled_factory_names_only_public_modules(factory: Any) -> None:
     loop.close()
 
 
+# aiowheel.loop_factory(threshold=0.02), pickled by aiowheel 0.4.0 (397daa8~1, pure build, on
+# Linux): it names aiowheel._loop.LoopFactory and a LoopConfig of three fields.
+PICKLED_BY_0_4 = bytes.fromhex(
+    "80049582000000000000008c0e61696f776865656c2e5f6c6f6f70948c0b4c6f6f70466163746f7279949394"
+    "68008c0a4c6f6f70436f6e6669679493942981945d94288c136173796e63696f2e756e69785f6576656e7473"
+    "948c165f556e697853656c6563746f724576656e744c6f6f70949394473f50624dd2f1a9fc473f947ae147ae"
+    "147b6562859452942e"
+)
+
+
+def test_a_factory_pickled_by_0_4_loads_and_makes_the_same_loops() -> None:
+    assert {"aiowheel._loop"} <= _globals(PICKLED_BY_0_4)
+    factory = pickle.loads(PICKLED_BY_0_4)
+    assert factory == aiowheel.loop_factory(threshold=0.02)
+    assert factory.config.clock is None and factory.config.max_batch is None
+    loop = factory()
+    try:
+        assert aiowheel.config_of(loop) == factory.config
+    finally:
+        loop.close()
+
+
 def test_the_top_level_holds_the_faces_and_the_folders_alone() -> None:
     top = {path.name for path in PACKAGE.iterdir() if not path.name.startswith("__pycache__")}
     sources = {name for name in top if name.endswith((".py", ".c", ".pyi"))}

@@ -31,9 +31,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DueCallback", "Origins", "check_not_coroutine_function", "filed_at"]
 
-# Frames in these directories are the machinery between a user's line and the wheel.
+# Frames in these directories are the machinery between a user's line and the wheel: the
+# whole package (this room's folder's parent: loop mode's calls are in another folder), asyncio.
 _MACHINERY: Final = (
-    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
     os.path.dirname(os.path.abspath(asyncio.__file__)) + os.sep,
 )
 
