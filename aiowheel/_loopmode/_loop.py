@@ -187,7 +187,8 @@ class LoopConfig:
         if not isinstance(state, (list, tuple)) or not 3 <= len(state) <= len(names):
             raise TypeError(f"LoopConfig: not a pickled config's state: {state!r}")
         defaults = {field.name: field.default for field in fields(self)}
-        for name, value in zip(names, [*state, *(defaults[n] for n in names[len(state) :])]):
+        padded = [*state, *(defaults[name] for name in names[len(state) :])]
+        for name, value in zip(names, padded, strict=True):
             object.__setattr__(self, name, value)
 
 
