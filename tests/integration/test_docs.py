@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.support import PACKAGE, ROOT, grpc_installed
+from tests.house import rooms
+from tests.support import ROOT, grpc_installed
 
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -225,11 +226,13 @@ def _docstrings() -> Iterator[tuple[str, str]]:
 
     import aiowheel
 
-    for path in sorted(PACKAGE.glob("*.py")):
-        name = "aiowheel" if path.stem == "__init__" else f"aiowheel.{path.stem}"
+    for room, path in rooms().items():  # the faces and every room of the folders
+        if path.suffix != ".py":
+            continue
+        name = "aiowheel" if room == "__init__" else f"aiowheel.{room}"
         if name in ("aiowheel.gunicorn", "aiowheel.granian"):
             pytest.importorskip(name.rpartition(".")[2])  # the servers' own packages
-        if name == "aiowheel.grpc" and not grpc_installed():
+        if name.endswith("grpc") and not grpc_installed():
             continue  # no grpcio wheel for this interpreter (3.14t): CI requires it elsewhere
         module = importlib.import_module(name)
         yield name, inspect.getdoc(module) or ""
