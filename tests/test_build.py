@@ -151,6 +151,14 @@ def test_the_expected_build_is_running() -> None:
         origin = sys.modules[f"aiowheel.{name}"].__spec__.origin  # type: ignore[union-attr]
         assert origin is not None
         assert origin.endswith(suffixes) is aiowheel.COMPILED, origin
+    if not aiowheel.COMPILED:  # the switch reaches every folder: no extension at any depth
+        extensions = [
+            name
+            for name, module in sys.modules.items()
+            if name.startswith("aiowheel.")
+            and str(getattr(module.__spec__, "origin", "")).endswith(suffixes)
+        ]
+        assert extensions == []
 
 
 def test_the_switch_loads_every_module_from_source() -> None:
