@@ -1,7 +1,7 @@
 """Which build runs: the compiled extension modules, or the pure-Python sources beside them.
 
-An install that could compile leaves both in the package directory, ``_timer.py`` next to
-``_timer.cpython-311-x86_64-linux-gnu.so``, and Python's import system prefers the extension.
+An install that could compile leaves both in the package's folders, ``_time/_timer.py`` next to
+``_time/_timer.cpython-311-x86_64-linux-gnu.so``, and Python's import system prefers the extension.
 ``AIOWHEEL_NO_EXTENSIONS=1`` (read when aiowheel is first imported) puts a finder in front that
 loads every aiowheel module from its ``.py`` source instead: the whole package switches, never
 a mix, since compiled modules reach each other's classes directly. This module is never
@@ -62,7 +62,9 @@ COMPILED_MODULES = (
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):
-    """Finds ``package.<name>`` modules as ``<name>.py`` files in the package's directories."""
+    """Finds ``package.<name>`` modules, at any depth, as ``.py`` files under the package's
+    directories (``aiowheel._time._wheel``: ``_time/_wheel.py``); a folder itself (no such file)
+    is left to the normal finders."""
 
     def __init__(self, package: str, path: Sequence[str]) -> None:
         self._prefix = package + "."
