@@ -41,6 +41,14 @@ def folder_of(room: str) -> str | None:
     return head if dot else None
 
 
+def resolve(at: str, level: int, module: str | None) -> list[str]:
+    """The dotted path (as parts) that ``from <level dots><module> import ...`` names in the
+    room ``at``: one dot is the room's own folder, each more one folder up."""
+    package = at.split(".")[:-1]
+    base = package[: len(package) - (level - 1)] if level > 1 else package
+    return [*base, *(module.split(".") if module else [])]
+
+
 def imports_of(path: Path, at: str) -> set[str]:
     """The dotted names ``path`` (the room named ``at``) imports from the package, anywhere in
     its code (at run time, lazily inside a function, or for type checking alike).
@@ -50,7 +58,6 @@ def imports_of(path: Path, at: str) -> set[str]:
     ``import aiowheel._t._x`` name ``_t._x``. Where a name could be a module or a name in a
     module (``from .._t import _x``), both candidates are listed: the caller keeps the rooms.
     """
-    package = at.split(".")[:-1]  # the folder a room stands in ([] for a face)
     found: set[str] = set()
     if path.suffix != ".py":
         return found  # the native core imports aiowheel._time._handles by name, at run time
@@ -63,10 +70,7 @@ def imports_of(path: Path, at: str) -> set[str]:
 
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.level:
-            up = node.level - 1
-            base = package[: len(package) - up] if up else list(package)
-            module = node.module.split(".") if node.module else []
-            add([*base, *module], [alias.name for alias in node.names])
+            add(resolve(at, node.level, node.module), [alias.name for alias in node.names])
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aiowheel."):
             add((node.module or "").split(".")[1:], [alias.name for alias in node.names])
         elif isinstance(node, ast.Import):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.house import room_imports, rooms
+from tests.house import resolve, room_imports, rooms
 
 MODULES = {name: path for name, path in rooms().items() if path.suffix == ".py"}
 
@@ -253,13 +253,6 @@ def test_no_class_or_function_outgrows_a_sitting() -> None:
 # -- or reads off the module is that room's API, and is spelled without one
 
 
-def _resolve(at: str, level: int, module: str | None) -> list[str]:
-    """The dotted package path an import of ``level`` dots and ``module`` names from ``at``."""
-    package = at.split(".")[:-1]
-    base = package[: len(package) - (level - 1)] if level > 1 else package
-    return [*base, *(module.split(".") if module else [])]
-
-
 def _private_names_taken(path: Path, at: str) -> list[str]:
     """``room.name`` for each underscored name ``path`` (the room named ``at``) imports from
     another aiowheel room (``from ._room import _name``, ``from .._f._room import _name``) or
@@ -270,7 +263,7 @@ def _private_names_taken(path: Path, at: str) -> list[str]:
     taken: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level:
-            base = _resolve(at, node.level, node.module)
+            base = resolve(at, node.level, node.module)
             for alias in node.names:
                 if ".".join([*base, alias.name]) in MODULES:  # a room taken whole
                     held[alias.asname or alias.name] = ".".join([*base, alias.name])
