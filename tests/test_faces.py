@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import io
 import pickle
-import pickletools
 import re
 from typing import Any
 
@@ -94,11 +94,17 @@ def test_each_face_is_a_docstring_and_the_names_of_its_room() -> None:
         assert len(imports) == 1 and len(body) == 2, f"aiowheel.{name} is more than a face"
         (source,) = imports
         assert source.level == 1 and (source.module or "").count(".") == 1, source.module
-        room = importlib.import_module(f"aiowheel.{source.module}")
         handed = {alias.name for alias in source.names}
-        hooks = {hook for hook in vars(room) if hook.startswith("pytest_")}
-        assert handed == set(room.__all__) | hooks, f"aiowheel.{name} and its room differ"
-        assert sorted(_all(tree)) == sorted(room.__all__), name
+        if name == "grpc" and not grpc_installed():
+            # No grpcio wheel for this interpreter (3.14t): the room's own __all__, as written.
+            public = _all(ast.parse(rooms()[source.module or ""].read_text()))
+            hooks: set[str] = set()
+        else:
+            room = importlib.import_module(f"aiowheel.{source.module}")
+            public = room.__all__
+            hooks = {hook for hook in vars(room) if hook.startswith("pytest_")}
+        assert handed == set(public) | hooks, f"aiowheel.{name} and its room differ"
+        assert sorted(_all(tree)) == sorted(public), name
 
 
 def test_the_plugin_face_hands_pytest_every_hook_of_its_room() -> None:
@@ -112,18 +118,24 @@ def test_the_plugin_face_hands_pytest_every_hook_of_its_room() -> None:
     assert all(getattr(aiowheel.pytest, hook) is getattr(_hooks, hook) for hook in hooks)
 
 
+class _Recorder(pickle.Unpickler):
+    """An unpickler that notes each module a pickle names as it finds the class."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(io.BytesIO(data))
+        self.modules: set[str] = set()
+
+    def find_class(self, module: str, name: str) -> Any:
+        self.modules.add(module)
+        return super().find_class(module, name)
+
+
 def _globals(data: bytes) -> set[str]:
-    """The modules a pickle names (each GLOBAL / STACK_GLOBAL's module)."""
-    named: set[str] = set()
-    strings: list[str] = []
-    for opcode, argument, _ in pickletools.genops(data):
-        if opcode.name == "GLOBAL":
-            named.add(str(argument).split(" ")[0])
-        elif opcode.name == "STACK_GLOBAL":
-            named.add(strings[-2])
-        if isinstance(argument, str):
-            strings.append(argument)
-    return named
+    """The modules a pickle names (what unpickling it imports; a class's own name, such as
+    asyncio's ``_UnixSelectorEventLoop``, is its module's business)."""
+    recorder = _Recorder(data)
+    recorder.load()
+    return recorder.modules
 
 
 @pytest.mark.parametrize(
