@@ -16,6 +16,7 @@ import gc
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,21 +45,53 @@ def pytest_configure(config: pytest.Config) -> None:
         "in subprocesses, examples, docs pages, benches): CI runs it in its first pass only "
         f"and sets {ONCE_DONE}=1 for the others, which then deselect it",
     )
+    config.addinivalue_line(
+        "markers",
+        "programs: a whole program in subprocesses (tests/integration, the plugin's pytester "
+        f"runs; set by location): deselected where {PROGRAMS_DONE}=1 (CI's passes between "
+        "the interpreter range's ends, and 3.14t)",
+    )
 
 
 # CI (.ci/run) sets this for every pass after its first: tests marked `once` are deselected
 # there (reported as deselected, not skipped: they ran, in the first pass).
 ONCE_DONE = "AIOWHEEL_ONCE_DONE"
 
+# CI sets this for the interpreters between the ends of the range it tests (3.12, 3.13, 3.15)
+# and for free-threaded 3.14t: the whole programs (servers, examples and pytest itself run in
+# subprocesses, from their own command lines) are deselected there. They run on 3.11 (both
+# builds) and on 3.14, the oldest and the newest released interpreter; what an interpreter
+# changes under them (asyncio's loop, tasks, timeouts) every pass tests in process, and
+# CPython's own conformance modules on each. A fifth of a pass, on four of the seven.
+PROGRAMS_DONE = "AIOWHEEL_PROGRAMS_DONE"
+_HERE = Path(__file__).parent
+PROGRAMS = (_HERE / "integration", _HERE / "plugin" / "test_pytest_plugin.py")
+
+
+def _is_program(item: pytest.Item) -> bool:
+    return any(item.path == place or place in item.path.parents for place in PROGRAMS)
+
+
+def _set(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the ``once`` tests in CI's later passes (see ``ONCE_DONE``)."""
-    if os.environ.get(ONCE_DONE, "") in ("", "0"):
-        return
-    once = [item for item in items if item.get_closest_marker("once") is not None]
-    if once:
-        config.hook.pytest_deselected(items=once)
-        items[:] = [item for item in items if item.get_closest_marker("once") is None]
+    """Mark the whole programs (``programs``); deselect the ``once`` tests in CI's later passes
+    (see ``ONCE_DONE``) and the programs where ``PROGRAMS_DONE`` is set."""
+    for item in items:
+        if _is_program(item):
+            item.add_marker("programs")
+    left = [
+        item
+        for item in items
+        if not (_set(ONCE_DONE) and item.get_closest_marker("once") is not None)
+        and not (_set(PROGRAMS_DONE) and item.get_closest_marker("programs") is not None)
+    ]
+    if len(left) < len(items):
+        kept = set(map(id, left))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = left
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
