@@ -54,6 +54,15 @@ complete (a final ``more_body: False``); so the ``TimeoutError`` is re-raised an
 does what it does for any app error once the response started: it logs it and aborts the
 connection, and the client sees a cut-off response.
 
+The end is one event, whoever notices it first: any exception that escapes the app once the
+deadline has expired, or within 1 ms of it (a timeout set from :func:`budget`, a driver's
+error as the cancellation closes its connection), is answered as the deadline, not as an
+error; earlier, it is the app's own. The 504 says whose deadline ended the request
+(``x-deadline-ended: caller``, the budget the inbound header carried; ``own``, the route's
+own deadline), which the client adapters above (:mod:`aiowheel.httpx`,
+:func:`aiowheel.aiohttp.propagate_deadline`) read to raise the caller's budget running out as
+:class:`BudgetExhausted`, and to return a callee's own 504 as the response it is.
+
 The deadline ends with the response: once the app hands the server its last body message
 (or its last trailers, or a ``pathsend``), the request leaves the wheel and nothing reads its
 deadline any more, so what the app still does in the request's task (Starlette's

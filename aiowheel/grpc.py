@@ -19,7 +19,14 @@ Two interceptors close both gaps, set up once per server and once per channel:
 - :class:`PropagateDeadline` gives each call made inside a budget ``timeout = min(its own,
   the budget less a margin)``, so the callee's deadline is the caller's remainder; with
   nothing left it raises :class:`aiowheel.asgi.BudgetExhausted` and the call is never sent.
-  Outside any budget (no request deadline, no ``asyncio.timeout``) it changes nothing.
+  A ``DEADLINE_EXCEEDED`` for the budget (whoever noticed it first: gRPC's client or a hop
+  below) is raised as :class:`aiowheel.asgi.BudgetExhausted`, which the caller's own deadline
+  adapter answers as its deadline; the callee's own shorter deadline reaches the caller as
+  the ``AioRpcError`` it is (code that falls back on it keeps working). A
+  :class:`DeadlineInterceptor` says whose deadline ended a call (trailing metadata
+  ``x-deadline-ended``: ``caller`` or ``own``); from a server that does not say, one that
+  comes at or after the end of the deadline the call was given is the budget's. Outside any
+  budget (no request deadline, no ``asyncio.timeout``) it changes nothing.
 
 Unary and streaming methods alike: a streaming response written with ``yield`` is cut where it
 waits, mid-stream. Handlers that are plain functions (run in a thread pool by ``grpc.aio``)

@@ -21,7 +21,12 @@ Per request inside a budget:
   ``TimeoutError``, from httpx's exception), so the middleware answers it as the deadline,
   with its 504, and not as an error (httpx's own timeout, uncapped, stays httpx's exception);
 - with less than ``margin`` + 1 ms left, :class:`aiowheel.asgi.BudgetExhausted` is raised
-  and nothing is sent.
+  and nothing is sent;
+- the callee's 504 at the end of the deadline it was told is the caller's budget running
+  out (one event, whoever noticed it first): raised as :class:`aiowheel.asgi.BudgetExhausted`,
+  so the caller's middleware answers 504 with no code at the call site; a 504 that comes
+  while more than the margin is left (the callee's own shorter deadline) is returned as the
+  response it is.
 
 Outside any budget the request goes out untouched. The margin (5 ms by default), rounding
 down and the rule for a header the caller set on the request itself (kept if it is no

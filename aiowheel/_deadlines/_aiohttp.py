@@ -12,7 +12,7 @@ from aiohttp import ClientHandlerType, ClientRequest, ClientResponse, web
 
 from .._loopmode._default import timeout as _timeout
 from . import _propagate
-from ._deadline import BudgetExhausted, Deadlines, current
+from ._deadline import ENDED_HEADER, BudgetExhausted, Deadlines, current
 from ._settings import DEFAULT_BODY, Body, Expired, Settings
 
 __all__ = ["deadline_middleware", "propagate_deadline"]
@@ -81,6 +81,7 @@ def deadline_middleware(
             status=settings.status,
             body=settings.answer(expired),
             content_type=settings.content_type,
+            headers={ENDED_HEADER: state.whose()},
         )
 
     return request_deadline
@@ -113,8 +114,11 @@ def propagate_deadline(
     its response's headers, runs under a timeout of what is left (the session's timeouts are
     kept: a middleware cannot raise or see them), raised as
     :class:`aiowheel.asgi.BudgetExhausted` when it fires; with less than ``margin`` + 1 ms
-    left, :class:`aiowheel.asgi.BudgetExhausted` and nothing is sent. Reading the body is
-    bounded by the timeout that gave the budget. Outside any budget: untouched.
+    left, :class:`aiowheel.asgi.BudgetExhausted` and nothing is sent. The callee's 504 at the
+    end of the deadline it was told is the caller's budget running out: raised as
+    :class:`aiowheel.asgi.BudgetExhausted`; a 504 while more than the margin is left is the
+    callee's own, returned as it is. Reading the body is bounded by the timeout that gave the
+    budget. Outside any budget: untouched.
     Arguments are checked here (TypeError / ValueError naming ``propagate_deadline()``)."""
     settings = _propagate.settings("propagate_deadline()", header, margin)
     name, form, seconds = settings.header, settings.form, settings.margin
@@ -126,16 +130,28 @@ def propagate_deadline(
         headers = req.headers
         headers[name] = _propagate.outgoing_header(found.callee, form, headers.getall(name, ()))
         if found.guarded:  # the deadline cancels this task: the request ends with it
-            return await handler(req)
+            return _answered(await handler(req), found)
         cap = _timeout(found.left)
         try:
             async with cap:
-                return await handler(req)
+                response = await handler(req)
         except TimeoutError as exc:
             if not cap.expired():
                 raise  # not the cap's
             raise BudgetExhausted(
                 f"the deadline passed: no response within the {found.left:.3f} s that were left"
             ) from exc
+        return _answered(response, found)
 
     return deadline_propagated
+
+
+def _answered(response: ClientResponse, found: _propagate.Outgoing) -> ClientResponse:
+    """``response``, or :class:`BudgetExhausted` (the response released) if it is the callee's
+    504 at the end of the deadline it was told (:func:`aiowheel._deadlines._propagate.ran_out`)."""
+    ended = response.headers.get(ENDED_HEADER)
+    exhausted = _propagate.ran_out(found, response.status, ended, "propagate_deadline()")
+    if exhausted is None:
+        return response
+    response.release()
+    raise exhausted

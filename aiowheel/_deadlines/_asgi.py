@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMappi
 from typing import Any, Final, final
 
 from ._budget import budget, budget_header, deadline, set_deadline
-from ._deadline import BudgetExhausted, Deadlines, Request, current
+from ._deadline import ENDED_HEADER, BudgetExhausted, Deadlines, Request, current
 from ._inbound import parse_timeout_header
 from ._settings import DEFAULT_BODY, Body, Expired, Settings
 
@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 logger: Final = logging.getLogger("aiowheel.asgi")
+_ENDED: Final = ENDED_HEADER.encode("ascii")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -141,6 +142,7 @@ class DeadlineMiddleware:
         headers = [
             (b"content-type", settings.content_type.encode("latin-1")),
             (b"content-length", str(len(body)).encode("ascii")),
+            (_ENDED, request.whose().encode("ascii")),
         ]
         await send({"type": "http.response.start", "status": settings.status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -33,7 +33,7 @@ from .._seeing._census import deadline_sources
 from .._time._tasks import current_task
 from .._time._threads import FORKS
 
-__all__ = ["BudgetExhausted", "Deadlines", "Request", "current"]
+__all__ = ["END_WINDOW", "ENDED_HEADER", "BudgetExhausted", "Deadlines", "Request", "current"]
 
 
 # The budget's error (aiowheel._deadlines._budget raises it), kept here: Deadlines.end answers it as
@@ -44,6 +44,28 @@ class BudgetExhausted(TimeoutError):
 
     A ``TimeoutError``, so code that handles the deadline handles this too; the middlewares
     answer it as their own deadline (504 if no response has started)."""
+
+
+END_WINDOW: Final = 0.001
+"""How near its deadline a failure is the deadline's own: 1 ms, the instant's width here.
+
+The end of a budget is one event, whoever notices it first: a callee's 504 or
+``DEADLINE_EXCEEDED`` (the callee was told the budget rounded down to the millisecond), a
+timeout set from :func:`aiowheel.time_left` (uvloop fires a timer up to 1 ms early, and a
+timer filed for the deadline's instant may run before the deadline's own), an error the
+database raised at a ``statement_timeout`` set from the budget. Within this window of the
+deadline, or after it, such a failure is answered as the deadline (504, ``DEADLINE_EXCEEDED``);
+earlier, it is the failure it is. The window is that of the instant, not of the network:
+a callee's answer is judged by when the callee's own deadline fell, on the caller's clock."""
+
+
+ENDED_HEADER: Final = "x-deadline-ended"
+"""The header (gRPC: trailing metadata) on a deadline adapter's 504 (``DEADLINE_EXCEEDED``)
+naming whose deadline ended the request: ``caller`` (the budget the caller sent, in the
+inbound header or ``grpc-timeout``, ran out, whichever hop noticed it first) or ``own`` (the
+service's own deadline for the route, shorter than the caller's budget). A client adapter
+above reads it to tell the caller's budget from the callee's own deadline across any number
+of hops; from a callee that sends none, it judges by the time (:data:`END_WINDOW`)."""
 
 
 @final
@@ -87,6 +109,12 @@ class Request:
         if self.ended and not self.expired:
             return None
         return max(0.0, self.deadline - self.table.loop.time())
+
+    def whose(self) -> str:
+        """Whose deadline this is (:data:`ENDED_HEADER`'s value): ``"caller"`` if the inbound
+        header's cap set it (the caller's budget), else ``"own"``."""
+        cap = self.cap
+        return "caller" if cap is not None and self.deadline >= self.started + cap else "own"
 
     def expire(self) -> None:
         """The deadline has passed: cancel the request's task (once)."""
@@ -353,16 +381,27 @@ class Deadlines:
         asyncio.timeout's accounting, as :class:`aiowheel.Timeout` keeps it: once expired,
         the task's cancellation is withdrawn (``uncancel``), and a ``CancelledError`` is the
         deadline's only if no other cancellation is pending (an outside ``task.cancel()`` is
-        never swallowed). After :meth:`finish` (a complete response) nothing is the
-        deadline's: what the app raised then propagates as it is."""
+        never swallowed). Any ``Exception`` raised once the deadline has expired, or within
+        :data:`END_WINDOW` of it, is the deadline's too (one event, whoever noticed it
+        first). After :meth:`finish` (a complete response) nothing is the deadline's: what
+        the app raised then propagates as it is."""
         if request.ended:  # finished: its response completed in time
             return False
         Deadlines.disarm(request)
         if not request.expired:
-            return isinstance(exc, BudgetExhausted)
+            if isinstance(exc, BudgetExhausted):
+                return True
+            # One event (END_WINDOW): a failure at the deadline's instant is the deadline's,
+            # whichever timer noticed first (one set from the budget, the database's own).
+            return (
+                isinstance(exc, Exception)
+                and request.deadline - request.table.loop.time() <= END_WINDOW
+            )
         remaining = request.task.uncancel()
-        if exc is None or isinstance(exc, TimeoutError):
-            return True  # swallowed its cancellation, or gave up on its own
+        if exc is None or isinstance(exc, Exception):
+            # Swallowed its cancellation, gave up on its own, or failed on the way out (a
+            # driver's error from the query the cancellation stopped): the deadline's.
+            return True
         return isinstance(exc, asyncio.CancelledError) and remaining <= request.cancelling
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from asyncio import _get_running_loop
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from importlib import import_module
 from typing import Any, Final, TypeAlias, final
@@ -15,7 +16,7 @@ from grpc import aio
 from grpc.aio import _base_call
 
 from ._budget import DEFAULT_MARGIN, outgoing
-from ._deadline import BudgetExhausted, Deadlines, Request, current
+from ._deadline import END_WINDOW, ENDED_HEADER, BudgetExhausted, Deadlines, Request, current
 from ._settings import Settings, nonnegative
 
 __all__ = ["DeadlineInterceptor", "PropagateDeadline"]  # and BudgetExhausted, asgi's, imported
@@ -119,9 +120,14 @@ def _start(
     return deadlines.start(seconds, cap, method)
 
 
-async def _exceeded(context: aio.ServicerContext[Any, Any]) -> None:
-    """End the call with DEADLINE_EXCEEDED (raises grpc.aio's AbortError)."""
-    await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+async def _exceeded(context: aio.ServicerContext[Any, Any], state: Request) -> None:
+    """End the call with DEADLINE_EXCEEDED, whose deadline it was in its trailing metadata
+    (:data:`ENDED_HEADER`); raises grpc.aio's AbortError."""
+    await context.abort(
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        "deadline exceeded",
+        trailing_metadata=((ENDED_HEADER, state.whose()),),
+    )
 
 
 def _awaited(
@@ -145,7 +151,7 @@ def _awaited(
             current.reset(token)
             if not Deadlines.end(state, None):
                 return response
-        await _exceeded(context)
+        await _exceeded(context, state)
 
     under_deadline.__qualname__ = getattr(behaviour, "__qualname__", "behaviour")
     return under_deadline
@@ -181,7 +187,7 @@ def _streamed(
             current.reset(token)
             if not Deadlines.end(state, None):
                 return
-        await _exceeded(context)
+        await _exceeded(context, state)
 
     under_deadline.__qualname__ = getattr(behaviour, "__qualname__", "behaviour")
     return under_deadline
@@ -252,14 +258,16 @@ class PropagateDeadline(
         continuation: Any,
         details: aio.ClientCallDetails,
         request: Any,
-        answered: Callable[[Any, aio.ClientCallDetails], Any],
+        answered: Callable[[Any, aio.ClientCallDetails, float], Any],
     ) -> Any:
         """The call, sent with the budget as its deadline; what the caller gets made by
         ``answered`` (a unary answer's or a stream's) when the budget set it, else the call."""
         changed = self._details(details)
         if changed is None:
             return await continuation(details, request)
-        return answered(await continuation(changed, request), changed)
+        assert changed.timeout is not None
+        ends = _now() + changed.timeout - END_WINDOW  # the callee's deadline, on our clock
+        return answered(await continuation(changed, request), changed, ends)
 
     async def intercept_unary_unary(
         self, continuation: Any, client_call_details: aio.ClientCallDetails, request: Any
@@ -289,23 +297,26 @@ class PropagateDeadline(
 
 
 class _Answered(_base_call.UnaryUnaryCall):  # type: ignore[type-arg]
-    """A unary call as its caller sees it, its ``DEADLINE_EXCEEDED`` raised as
-    :class:`aiowheel.asgi.BudgetExhausted`: the deadline was the budget's, so a deadline
-    adapter above answers it as its own (504, ``DEADLINE_EXCEEDED``), as it answers an httpx
-    or aiohttp call cut by the budget. Everything else is the call's. Awaited in the caller's
-    task, as the call itself would be (no step of the interceptor's task in between)."""
+    """A unary call as its caller sees it, its ``DEADLINE_EXCEEDED`` at the end of the
+    deadline it was given raised as :class:`aiowheel.asgi.BudgetExhausted`: that deadline was
+    the budget's, so a deadline adapter above answers it as its own (504,
+    ``DEADLINE_EXCEEDED``), as it answers an httpx or aiohttp call cut by the budget. An
+    earlier ``DEADLINE_EXCEEDED`` is the callee's own (its shorter deadline) and everything
+    else is the call's: raised as they are. Awaited in the caller's task, as the call itself
+    would be (no step of the interceptor's task in between)."""
 
-    __slots__ = ("_call", "_details")
+    __slots__ = ("_call", "_details", "_ends")
 
-    def __init__(self, call: Any, details: aio.ClientCallDetails) -> None:
+    def __init__(self, call: Any, details: aio.ClientCallDetails, ends: float) -> None:
         self._call = call
         self._details = details
+        self._ends = ends
 
     def __await__(self) -> Generator[Any, None, Any]:
         try:
             return (yield from self._call.__await__())
         except aio.AioRpcError as exc:
-            _raise_budget(exc, self._details)
+            _raise_budget(exc, self._details, self._ends)
             raise
 
     def cancelled(self) -> bool:
@@ -342,21 +353,45 @@ class _Answered(_base_call.UnaryUnaryCall):  # type: ignore[type-arg]
         await self._call.wait_for_connection()
 
 
-async def _streamed_answers(call: Any, details: aio.ClientCallDetails) -> AsyncIterator[Any]:
-    """The responses of ``call`` (a stream), its ``DEADLINE_EXCEEDED`` raised as
-    :class:`aiowheel.asgi.BudgetExhausted` (see :func:`_answered`). grpc.aio takes an async
-    iterator from an interceptor in place of the call, and keeps the call for the rest."""
+async def _streamed_answers(
+    call: Any, details: aio.ClientCallDetails, ends: float
+) -> AsyncIterator[Any]:
+    """The responses of ``call`` (a stream), its ``DEADLINE_EXCEEDED`` at the end of the
+    deadline it was given raised as :class:`aiowheel.asgi.BudgetExhausted` (see
+    :class:`_Answered`). grpc.aio takes an async iterator from an interceptor in place of the
+    call, and keeps the call for the rest."""
     try:
         async for response in call:
             yield response
     except aio.AioRpcError as exc:
-        _raise_budget(exc, details)
+        _raise_budget(exc, details, ends)
         raise
 
 
-def _raise_budget(exc: aio.AioRpcError, details: aio.ClientCallDetails) -> None:
-    """:class:`aiowheel.asgi.BudgetExhausted` from ``exc`` if it is ``DEADLINE_EXCEEDED``."""
-    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+def _now() -> float:
+    """The running loop's time (an interceptor runs in a task: there is one)."""
+    loop = _get_running_loop()
+    assert loop is not None, "a grpc.aio interceptor runs in a task"
+    return loop.time()
+
+
+def _the_budget_s(exc: aio.AioRpcError, ends: float) -> bool:
+    """Whether ``exc`` (``DEADLINE_EXCEEDED``) is the caller's budget running out: the callee
+    says so (:data:`ENDED_HEADER` in its trailing metadata: ``caller``, whichever hop below
+    noticed it first; ``own``, its method's shorter deadline), or, from a callee that does not
+    say (or gRPC's own deadline on this side), it came from ``ends`` on."""
+    for key, value in exc.trailing_metadata() or ():
+        if key == ENDED_HEADER and value in ("caller", "own"):
+            return value == "caller"
+    return _now() >= ends
+
+
+def _raise_budget(exc: aio.AioRpcError, details: aio.ClientCallDetails, ends: float) -> None:
+    """:class:`aiowheel.asgi.BudgetExhausted` from ``exc`` if it is ``DEADLINE_EXCEEDED`` from
+    ``ends`` on (the loop time the deadline the call was given ended, less
+    :data:`END_WINDOW`): the budget ran out, whoever noticed it first. Earlier, it is the
+    callee's own deadline, and stays the ``AioRpcError`` it is."""
+    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and _the_budget_s(exc, ends):
         method = details.method
         name = method.decode("utf-8", "replace") if isinstance(method, bytes) else method
         raise BudgetExhausted(

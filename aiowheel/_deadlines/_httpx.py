@@ -12,6 +12,7 @@ import httpx
 
 from . import _propagate
 from ._asgi import BudgetExhausted
+from ._deadline import ENDED_HEADER
 
 __all__ = ["DeadlineTransport"]
 
@@ -68,7 +69,7 @@ class DeadlineTransport(httpx.AsyncBaseTransport):
             found.callee, settings.form, headers.get_list(name)
         )
         if found.guarded:  # the deadline cancels this task: the call ends with it
-            return await self.transport.handle_async_request(request)
+            return await _answered(await self.transport.handle_async_request(request), found)
         capped = _cap(request, found.left)
         try:
             response = await self.transport.handle_async_request(request)
@@ -80,7 +81,7 @@ class DeadlineTransport(httpx.AsyncBaseTransport):
         stream = response.stream
         if capped and isinstance(stream, httpx.AsyncByteStream):
             response.stream = _CappedStream(stream, capped, found.left)
-        return response
+        return await _answered(response, found)
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""
@@ -97,6 +98,17 @@ class DeadlineTransport(httpx.AsyncBaseTransport):
         traceback: TracebackType | None = None,
     ) -> None:
         await self.transport.__aexit__(exc_type, exc_value, traceback)
+
+
+async def _answered(response: httpx.Response, found: _propagate.Outgoing) -> httpx.Response:
+    """``response``, or :class:`BudgetExhausted` (the response closed) if it is the callee's
+    504 at the end of the deadline it was told (:func:`aiowheel._deadlines._propagate.ran_out`)."""
+    ended = response.headers.get(ENDED_HEADER)
+    exhausted = _propagate.ran_out(found, response.status_code, ended, "DeadlineTransport")
+    if exhausted is None:
+        return response
+    await response.aclose()
+    raise exhausted
 
 
 def _cap(request: httpx.Request, left: float) -> frozenset[str]:

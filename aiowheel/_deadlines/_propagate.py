@@ -21,6 +21,16 @@ The rules, written once here:
   milliseconds at the finest, so less than 1 ms after the margin cannot be said at all:
   :class:`aiowheel.asgi.BudgetExhausted` then, and nothing is sent (no callee could do
   anything useful in under 1 ms across a network).
+- *The callee's 504 for the budget it was told is the caller's deadline* (:func:`ran_out`):
+  the callee was told the budget less the margin, so it runs out first and answers first;
+  that 504 is the caller's budget running out, raised to the caller as
+  :class:`aiowheel.asgi.BudgetExhausted` (its own middleware answers 504 in turn, with no code
+  at the call site). A deadline adapter's 504 says whose deadline ended it (its
+  ``x-deadline-ended`` header: ``caller``, the budget it was sent, whichever hop below
+  noticed it first; ``own``, its route's shorter deadline); a callee that does not say is
+  judged by the time: its 504 before the end of what it was told (less the 1 ms the
+  header's rounding may take off) is its own. Its own reaches the caller as the response
+  it is.
 - *A header the caller set on the request itself* is kept if it is a valid deadline no
   larger than the budget's (the caller may tell a callee to be quicker than the budget
   requires, never slower): the smaller of the two goes out, and one value only. A larger or
@@ -33,11 +43,12 @@ Pure: imports neither httpx nor aiohttp (the gRPC adapter may use :func:`outgoin
 from __future__ import annotations
 
 import math
+from asyncio import _get_running_loop
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from ._budget import DEFAULT_MARGIN, caller_left, header_value
-from ._deadline import BudgetExhausted
+from ._deadline import END_WINDOW, BudgetExhausted
 from ._inbound import milliseconds, parse_timeout_header
 from ._settings import header_name, nonnegative
 
@@ -50,11 +61,15 @@ __all__ = [
     "form_of",
     "outgoing_budget",
     "outgoing_header",
+    "ran_out",
     "settings",
 ]
 
 DEFAULT_HEADER: Final = "x-request-timeout"
 """The header the adapters send by default: what ``DeadlineMiddleware(header=...)`` reads."""
+
+GATEWAY_TIMEOUT: Final = 504
+"""The status a deadline middleware answers when its deadline passes (HTTP's Gateway Timeout)."""
 
 SMALLEST: Final = 0.001
 """The least a callee can be told: 1 ms, the finest either header form says here."""
@@ -71,6 +86,10 @@ class Outgoing(NamedTuple):
     """Whether the deadline cancels the calling task when it passes (see
     :func:`aiowheel._deadlines._budget.caller_left`): then the call ends with it, and the adapter
     sets no timeout of its own (a timer per read and write, in httpx)."""
+    ends: float
+    """The loop time from which the callee's deadline answer (504) is the caller's budget
+    running out (:func:`ran_out`): when the deadline the callee was told ends, counted from
+    the send, less :data:`aiowheel._deadlines._deadline.END_WINDOW`."""
 
 
 def form_of(header: str) -> str:
@@ -115,7 +134,36 @@ def outgoing_budget(margin: float) -> Outgoing | None:
             f"{left:.3f} s left of the deadline: under the {margin:.3f} s margin and the "
             f"1 ms the least a callee can be told; the request is not sent"
         )
-    return Outgoing(left, callee, guarded)
+    return Outgoing(left, callee, guarded, _now() + callee - END_WINDOW)
+
+
+def _now() -> float:
+    """The running loop's time (the adapters run in a task: there is one)."""
+    loop = _get_running_loop()
+    assert loop is not None, "an HTTP adapter runs in a task"
+    return loop.time()
+
+
+def ran_out(found: Outgoing, status: int, ended: str | None, where: str) -> BudgetExhausted | None:
+    """What a response with ``status`` is to the caller: :class:`BudgetExhausted` if it is
+    the callee's 504 for the budget it was told (the caller's budget ran out: one event,
+    whichever hop noticed it first), None if the response is the callee's own (any other
+    status, or the callee's own shorter deadline, or one the caller set on the request) and
+    reaches the caller as it is.
+
+    Whose 504 it is, the callee says in ``ended`` (its ``x-deadline-ended`` header: ``caller``
+    or ``own``). A callee that does not say is judged by the time: its 504 at or after the end
+    of the deadline it was told (:attr:`Outgoing.ends`) is the budget's, an earlier one its
+    own."""
+    if status != GATEWAY_TIMEOUT:
+        return None
+    said = None if ended is None else ended.strip().lower()
+    if said == "own" or (said != "caller" and _now() < found.ends):
+        return None
+    return BudgetExhausted(
+        f"the deadline passed: {where}'s callee answered 504 at the end of the "
+        f"{found.callee:.3f} s it was told of the {found.left:.3f} s left of the budget"
+    )
 
 
 def outgoing_header(callee: float, form: str, explicit: Iterable[str] = ()) -> str:

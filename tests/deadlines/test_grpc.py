@@ -377,6 +377,55 @@ async def test_a_background_job_under_asyncio_timeout_propagates_the_same_way() 
     assert capped is not None and 0 < capped <= 0.3 + EPS
 
 
+@ON_LOOPS
+@pytest.mark.parametrize("kind", ["unary", "stream"])
+async def test_the_callee_s_own_shorter_deadline_stays_an_aio_rpc_error(kind: str) -> None:
+    # Issue 61: the callee's own DEADLINE_EXCEEDED, with 4.8 s of the caller's budget left,
+    # is the callee's: code that catches AioRpcError to fall back sees it (it was
+    # BudgetExhausted, "had the 4.830 s that were left of the budget", at 0.2 s).
+    async with Server(DeadlineInterceptor(timeout=0.2)) as server:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(aio.AioRpcError) as caught:
+            async with asyncio.timeout(5):
+                if kind == "unary":
+                    await server.unary()({"sleep": 5})
+                else:
+                    async for _ in server.stream()({"count": 1000, "every": 0.05}):
+                        pass
+        assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert not isinstance(caught.value, BudgetExhausted)
+        assert loop.time() - start < 0.2 + SLACK
+
+
+@ON_LOOPS
+async def test_deadline_exceeded_says_whose_deadline_it_was() -> None:
+    async with Server(DeadlineInterceptor(timeout=0.1), propagate=False) as server:
+        with pytest.raises(aio.AioRpcError) as caught:
+            await server.unary()({"sleep": 5})
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert ("x-deadline-ended", "own") in tuple(caught.value.trailing_metadata() or ())
+
+
+@ON_LOOPS
+@pytest.mark.parametrize("kind", ["unary", "stream"])
+async def test_deadline_exceeded_at_the_end_of_the_budget_is_the_budget_s(kind: str) -> None:
+    async with Server(DeadlineInterceptor(timeout=30)) as server:
+        with pytest.raises(TimeoutError) as caught:
+            async with asyncio.timeout(0.3):
+                if kind == "unary":
+                    await server.unary()({"sleep": 5})
+                else:
+                    async for _ in server.stream()({"count": 1000, "every": 0.05}):
+                        pass
+        # The call's deadline (the budget less the margin) ends first: BudgetExhausted from
+        # its DEADLINE_EXCEEDED; on a loaded machine the caller's own timeout may come first.
+        # Never an AioRpcError: the budget ran out, whoever noticed it first.
+        if isinstance(caught.value, BudgetExhausted):
+            assert isinstance(caught.value.__cause__, aio.AioRpcError)
+            assert caught.value.__cause__.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 @ON_ASYNCIO
 async def test_streaming_calls_carry_the_budget_too() -> None:
     async with Server(DeadlineInterceptor()) as server:
