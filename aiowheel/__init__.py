@@ -22,6 +22,7 @@ if _os.environ.get("AIOWHEEL_NO_EXTENSIONS", "") not in ("", "0"):
 from ._common._build import is_compiled as _is_compiled
 from ._common._errors import PendingLimitError, TimerClosedError
 from ._common._lingering import LingeringTimerWarning
+from ._deadlines._stop import AtDeadline, at_deadline
 from ._loopmode._default import (
     call_at,
     call_later,
@@ -82,6 +83,7 @@ __all__ = [
     "LoopFactory",
     "LoopLag",
     "NATIVE",
+    "AtDeadline",
     "PendingLimitError",
     "PendingTimer",
     "PeriodicHandle",
@@ -93,6 +95,7 @@ __all__ = [
     "TimerHandle",
     "TimerStats",
     "Watchdog",
+    "at_deadline",
     "call_at",
     "call_later",
     "config_of",

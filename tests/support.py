@@ -72,6 +72,11 @@ def anyio_backends() -> list[Any]:
     ]
 
 
+ASYNCIO_UVLOOP_AND_LOOP_MODE = pytest.mark.parametrize("anyio_backend", anyio_backends()[:3])
+"""A test on asyncio's loop, uvloop, and loop mode over asyncio's (the matrix but loop mode
+over uvloop): where what differs is whose timer fires first, not the base under the wheel."""
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as sock:

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 import weakref
 from _thread import get_ident as _get_ident
 from asyncio import _get_running_loop
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
 from .._loopmode._default import get_timer
@@ -33,7 +34,15 @@ from .._seeing._census import deadline_sources
 from .._time._tasks import current_task
 from .._time._threads import FORKS
 
-__all__ = ["END_WINDOW", "ENDED_HEADER", "BudgetExhausted", "Deadlines", "Request", "current"]
+__all__ = [
+    "END_WINDOW",
+    "ENDED_HEADER",
+    "BudgetExhausted",
+    "Deadlines",
+    "Request",
+    "Stops",
+    "current",
+]
 
 
 # The budget's error (aiowheel._deadlines._budget raises it), kept here: Deadlines.end answers it as
@@ -73,8 +82,8 @@ class Request:
     """One request's deadline: the task it guards, where it is filed, what bounds moving it."""
 
     __slots__ = (
-        "cancelling", "cap", "deadline", "ended", "expired", "route", "soon", "started", "table",
-        "task", "tick", "unfiled",
+        "cancelling", "cap", "deadline", "ended", "expired", "route", "soon", "started", "stops",
+        "table", "task", "tick", "unfiled",
     )  # fmt: skip
 
     def __init__(
@@ -98,6 +107,7 @@ class Request:
         self.tick: _Tick | None = None  # the tick whose wheel entry guards it, once filed
         self.soon: asyncio.Handle | None = None  # or a passed deadline, handed to call_soon
         self.unfiled = True  # until _Table.file_started has seen it
+        self.stops: Stops | None = None  # what runs when the deadline fires, once asked for
 
     def live(self) -> bool:
         """Whether the deadline still guards the request (not ended, not expired)."""
@@ -117,11 +127,26 @@ class Request:
         return "caller" if cap is not None and self.deadline >= self.started + cap else "own"
 
     def expire(self) -> None:
-        """The deadline has passed: cancel the request's task (once)."""
+        """The deadline has passed: cancel the request's task (once), and run what was to run
+        at the deadline (:func:`aiowheel.at_deadline`)."""
         self.soon = None
         if not (self.ended or self.expired):
             self.expired = True
             self.task.cancel()
+            with _MAKING_STOPS:  # a Stops made from here on starts fired
+                stops = self.stops
+            if stops is not None:
+                stops.fire(self.table.loop)
+
+    def stops_here(self) -> Stops:
+        """This request's :class:`Stops`, made on first use (from any thread)."""
+        stops = self.stops
+        if stops is None:
+            with _MAKING_STOPS:
+                stops = self.stops
+                if stops is None:
+                    stops = self.stops = Stops(self)
+        return stops
 
     def name(self) -> str:
         """The request as the census names its deadline: its method and route (the route's
@@ -142,6 +167,80 @@ class Request:
         else:
             return "?"
         return f"{method} {path}"
+
+
+_MAKING_STOPS: Final = threading.Lock()  # one Stops per request, made from any thread
+
+Callback = Callable[[], object]
+
+
+@final
+class Stops:
+    """What runs when a request's deadline fires (:func:`aiowheel.at_deadline`): callbacks
+    added and withdrawn from any thread (the request's task, a worker thread its context
+    reached), run once, in the loop's thread, when the deadline fires; dropped when the request
+    ends in time. One lock guards the three states (armed, fired, ended), so a callback added
+    as the deadline fires runs exactly once: with the others, or, added just after, soon."""
+
+    __slots__ = ("callbacks", "lock", "request", "state")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.lock = threading.Lock()
+        self.callbacks: dict[object, Callback] = {}  # by the handle that withdraws it
+        # Made under _MAKING_STOPS, which expire() and disarm() take after setting these.
+        self.state = "fired" if request.expired else "ended" if request.ended else "armed"
+
+    def add(self, key: object, callback: Callback) -> bool:
+        """Run ``callback`` when the deadline fires: True; False if it has fired already
+        (nothing filed: the caller decides). RuntimeError once the request has ended in time."""
+        with self.lock:
+            state = self.state
+            if state == "armed":
+                self.callbacks[key] = callback
+                return True
+        if state == "ended":
+            raise RuntimeError("at_deadline(): the request has ended")
+        return False
+
+    def run_soon(self, callback: Callback) -> None:
+        """Run ``callback`` next in the loop's thread (the deadline has fired), from any
+        thread."""
+        loop = self.request.table.loop
+        loop.call_soon_threadsafe(_run, loop, callback)
+
+    def remove(self, key: object) -> bool:
+        """Withdraw the callback filed under ``key``; whether it was still to run."""
+        with self.lock:
+            return self.callbacks.pop(key, None) is not None
+
+    def fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The deadline fired: run every callback, in the order they were added."""
+        with self.lock:
+            self.state = "fired"
+            callbacks, self.callbacks = self.callbacks, {}
+        for callback in callbacks.values():
+            _run(loop, callback)
+
+    def end(self) -> None:
+        """The request has ended: nothing more runs (callbacks still filed are dropped)."""
+        with self.lock:
+            if self.state == "armed":
+                self.state = "ended"
+                self.callbacks = {}
+
+
+def _run(loop: asyncio.AbstractEventLoop, callback: Callback) -> None:
+    """``callback()``; what it raises goes to ``loop``'s exception handler."""
+    try:
+        callback()
+    except Exception as exc:
+        loop.call_exception_handler(
+            {
+                "message": f"aiowheel.at_deadline() callback {callback!r} failed",
+                "exception": exc,
+            }
+        )
 
 
 @final
@@ -351,6 +450,9 @@ class Deadlines:
         filed yet, or of ``call_soon``). Called when its app returns or raises, or earlier,
         when its response is complete (:meth:`finish`)."""
         request.ended = True
+        stops = request.stops  # no lock on every request's way out: one made just now by
+        if stops is not None:  # another thread stays armed, and never runs (it ended in time)
+            stops.end()
         tick = request.tick
         if tick is not None:
             tick.leave(request)

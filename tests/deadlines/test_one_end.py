@@ -27,20 +27,13 @@ from aiohttp import web
 
 import aiowheel
 import aiowheel.aiohttp
-import aiowheel.loops
 from aiowheel._deadlines._deadline import END_WINDOW
 from aiowheel.asgi import BudgetExhausted, DeadlineMiddleware
 from aiowheel.httpx import DeadlineTransport
+from tests.support import ASYNCIO_UVLOOP_AND_LOOP_MODE
 
 pytestmark = pytest.mark.anyio
-LOOPS = pytest.mark.parametrize(
-    "anyio_backend",
-    [
-        pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio"),
-        pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
-        pytest.param(("asyncio", {"loop_factory": aiowheel.loops.asyncio_loop}), id="loop-mode"),
-    ],
-)
+LOOPS = ASYNCIO_UVLOOP_AND_LOOP_MODE
 SLACK = 1.0  # seconds: a loaded 2-core machine; the callees' work is 5 s
 
 
