@@ -14,13 +14,14 @@ files anything on the wheel itself: a moved deadline is the table's move.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from _thread import get_ident as _get_ident
 from asyncio import _get_running_loop
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from .._seeing._census import tasks_left, time_left
+from .._seeing._census import tasks_left
 from .._time._tasks import current_task
 from ._deadline import BudgetExhausted, Deadlines, current
 from ._settings import nonnegative, positive
@@ -121,7 +122,9 @@ def _budget(minimum: float, where: str) -> float | None:
     """:func:`budget`, its errors naming ``where`` (the function called)."""
     if minimum != 0.0:
         minimum = _minimum(minimum, where)
-    left = time_left()
+    loop = _get_running_loop()
+    task = None if loop is None else current_task(loop)
+    left = None if loop is None or task is None else tasks_left(loop, *_awaited_by(task))
     request = current.get()
     own = None if request is None else request.left()
     if own is not None and (left is None or own < left):
@@ -186,10 +189,11 @@ def caller_left(where: str) -> tuple[float | None, bool]:
     Bounded also by the deadlines of the tasks awaiting this one: a client library that makes
     its call in a task of its own (``grpc.aio`` runs its interceptors in one, which the caller
     awaits) works on the caller's behalf, under the caller's timeouts, and a cancelled awaiter
-    cancels the task it awaits (not through ``asyncio.shield``, which the awaiter does not
-    await directly: then nothing is counted). A request's deadline read in a task the request
-    started (its context's) is not this task's: the adapter bounds the call itself. One pass
-    over the loop's timers for the task and its awaiters together.
+    cancels the task it awaits: awaited directly, through ``asyncio.gather``, 3.11's
+    ``wait_for`` or a ``TaskGroup`` (see :func:`_awaited_by`; not through ``asyncio.shield``,
+    which does not cancel what it shields: then nothing is counted). A request's deadline
+    read in a task the request started (its context's) is not this task's: the adapter bounds
+    the call itself. One pass over the loop's timers for the task and its awaiters together.
     :class:`BudgetExhausted` (naming ``where``) when none is left."""
     left: float | None = None
     chain: list[asyncio.Task[Any]] = []
@@ -223,19 +227,61 @@ _AWAITERS: Final = 8  # how far up a chain of awaiting tasks the budget looks
 
 
 def _awaited_by(task: asyncio.Task[Any]) -> list[asyncio.Task[Any]]:
-    """``task``, the task awaiting it, the one awaiting that, ... (:data:`_AWAITERS` up): a
-    task's wake-up among a task's done-callbacks is bound to the task that awaits it."""
+    """``task``, the task awaiting it, the one awaiting that, ... (:data:`_AWAITERS` up): the
+    tasks whose cancellation cancels ``task``, so whose timeouts bound it. A task's wake-up
+    among a task's done-callbacks is bound to the task that awaits it; asyncio's helpers that
+    run a coroutine in a task of their own are followed to the task awaiting them: ``gather``
+    (its children's callback closes over the future the caller awaits), 3.11's ``wait_for``
+    (``_release_waiter`` of the future the caller awaits), a ``TaskGroup`` (its parent task).
+    ``asyncio.shield`` is not followed: the shielded task is not cancelled with its awaiter."""
     chain = [task]
     for _ in range(_AWAITERS):
-        callbacks = getattr(task, "_callbacks", None)
-        if not callbacks:
-            break
-        for callback, _context in callbacks:
-            awaiter = getattr(callback, "__self__", None)
-            if isinstance(awaiter, asyncio.Task):
-                break
-        else:
+        awaiter = _awaiter_of(task)
+        if awaiter is None or awaiter in chain:
             break
         chain.append(awaiter)
         task = awaiter
     return chain
+
+
+def _awaiter_of(future: object) -> asyncio.Task[Any] | None:
+    """The task whose cancellation cancels ``future`` (a task), or None."""
+    for callback, _context in getattr(future, "_callbacks", None) or ():
+        owner = getattr(callback, "__self__", None)
+        if isinstance(owner, asyncio.Task):
+            return owner  # its wake-up: it awaits the future
+        if isinstance(owner, asyncio.TaskGroup):
+            parent: asyncio.Task[Any] | None = getattr(owner, "_parent_task", None)
+            return parent
+        if isinstance(callback, functools.partial) and callback.func is _RELEASE_WAITER:
+            found = _awaiter_of(callback.args[0] if callback.args else None)  # 3.11's wait_for
+            if found is not None:
+                return found
+        outer = _gathering(callback)
+        if outer is not None:
+            found = _awaiter_of(outer)
+            if found is not None:
+                return found
+    return None
+
+
+_RELEASE_WAITER: Final[object] = getattr(asyncio.tasks, "_release_waiter", None)
+_GATHER_DONE: Final = "gather.<locals>._done_callback"
+
+
+def _gathering(callback: object) -> object:
+    """The future ``asyncio.gather`` returned, if ``callback`` is its children's done-callback
+    (a closure over it, ``outer``), else None."""
+    if getattr(callback, "__qualname__", None) != _GATHER_DONE:
+        return None
+    code = getattr(callback, "__code__", None)
+    cells = getattr(callback, "__closure__", None)
+    if code is None or not cells:
+        return None
+    for name, cell in zip(code.co_freevars, cells, strict=False):
+        if name == "outer":
+            try:
+                return cell.cell_contents
+            except ValueError:  # not set yet: gather is still making its children
+                return None
+    return None

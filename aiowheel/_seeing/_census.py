@@ -168,7 +168,8 @@ def _heap_deadline_for(loop: asyncio.AbstractEventLoop, tasks: tuple[object, ...
         return None
     earliest: float | None = None
     for handle in list.__iter__(scheduled):  # the heap itself (loop mode's view: the wheels')
-        guarded = asyncio_timeout_task(getattr(handle, "_callback", None))  # None: cancelled
+        callback = getattr(handle, "_callback", None)  # None: cancelled
+        guarded = asyncio_timeout_task(callback, getattr(handle, "_args", ()))
         if guarded is not None and guarded in tasks and not handle.cancelled():
             when: float = handle.when()
             if earliest is None or when < earliest:
@@ -425,8 +426,8 @@ def current_deadline(loop: asyncio.AbstractEventLoop | None = None) -> float | N
     """The earliest deadline (loop time) of the timeouts guarding the current task of ``loop``
     (default: the running loop), or None (no timeout, no loop running, or not in a task):
     aiowheel's ``timeout`` / ``timeout_at`` / ``wait_for``,
-    and asyncio's ``timeout`` / ``timeout_at`` / ``wait_for`` (3.12+) on loop mode and on
-    asyncio's own loops. A timeout that has expired is no longer pending: inside its block
+    and asyncio's ``timeout`` / ``timeout_at`` / ``wait_for`` on loop mode and on asyncio's
+    own loops. A timeout that has expired is no longer pending: inside its block
     (a ``finally``), this names the timeouts still pending, and :func:`time_left` is 0.0.
 
     >>> async with asyncio.timeout(5):

@@ -18,6 +18,7 @@ and Python implementations alike).
 from __future__ import annotations
 
 import asyncio
+import sys
 import types
 from collections.abc import Callable
 from typing import Final
@@ -119,11 +120,19 @@ def _task_awaiting(future: object) -> object:
     return None
 
 
-def asyncio_timeout_task(callback: object) -> object:
-    """The task an ``asyncio.timeout`` guards, if ``callback`` is its expiry (else None)."""
+# 3.11's wait_for files `_release_waiter(waiter)` (3.12+'s is an asyncio.timeout; there the
+# same timer is asyncio.wait's, which bounds nothing: it returns, and cancels no one).
+_WAIT_FOR_TIMER: Final[object] = _RELEASE_WAITER if sys.version_info < (3, 12) else None
+
+
+def asyncio_timeout_task(callback: object, args: object = ()) -> object:
+    """The task an ``asyncio.timeout`` (or 3.11's ``wait_for``) guards, if ``callback`` (with
+    ``args``) is its expiry (else None)."""
     if type(callback) is _MethodType and callback.__func__ is _ASYNCIO_ON_TIMEOUT:
         # asyncio.Timeout's private `_task`: the task it was entered in.
         return getattr(callback.__self__, "_task", None)
+    if callback is _WAIT_FOR_TIMER and callback is not None and type(args) is tuple and args:
+        return _task_awaiting(args[0])  # the task awaiting wait_for's waiter
     return None
 
 

@@ -73,8 +73,8 @@ class View:
 
     def deadline_for(self, tasks: tuple[object, ...]) -> float | None:
         """The earliest deadline of the timeouts on this wheel that guard any of ``tasks``:
-        aiowheel's own, and asyncio's (``asyncio.timeout``, ``wait_for`` on 3.12+) filed here
-        by loop mode. One pass over the pending timers: nothing is kept for it while nobody
+        aiowheel's own, and asyncio's (``asyncio.timeout``, ``wait_for``) filed here by loop
+        mode. One pass over the pending timers: nothing is kept for it while nobody
         asks."""
         earliest: float | None = None
         guarded: object
@@ -82,11 +82,12 @@ class View:
             if isinstance(entry, Timeout):
                 guarded = entry._task
             elif isinstance(entry, Call):
-                guarded = asyncio_timeout_task(entry._handle._callback)
+                handle = entry._handle
+                guarded = asyncio_timeout_task(handle._callback, handle._args)
             elif isinstance(entry, Timed):
                 continue
             else:  # a handle of the native core
-                guarded = asyncio_timeout_task(entry._callback)
+                guarded = asyncio_timeout_task(entry._callback, entry._args)
             if guarded in tasks:
                 when: float = entry._when
                 if earliest is None or when < earliest:
