@@ -374,3 +374,24 @@ def test_the_chain_bench_runs_stock_and_propagated_and_tabulates(
     # full 2 s, past the 1 s deadline at two hops (about 2 handler-seconds a request).
     stock, propagated = raw["stock"][0], raw["propagated"][0]
     assert stock["below_s_per_request"] > 0.5 > propagated["below_s_per_request"], raw
+
+
+def test_the_database_bench_stops_every_query_it_should_and_tabulates(tmp_path: Path) -> None:
+    # A real PostgreSQL (tests/postgres.py): skipped without one unless AIOWHEEL_REQUIRE_POSTGRES.
+    from bench import database
+    from tests.postgres import need_postgres
+
+    need_postgres()
+    database.main(["--requests", "3", "--work", "2", "--deadline", "0.2", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "database.json").read_text())
+    assert len(rows) == 2 * len(database.STYLES)
+    assert "| style | loop | slow burst |" in (tmp_path / "database.md").read_text()
+    for row in rows:
+        assert row["slow"] == [504] * 3 and row["quick"] == [200] * 3, row
+        assert row["leaked"] == 0, row
+        # Not timing, but the 2 s of work that never ran: stopped queries end long before it
+        # (a loaded machine's bound), and the sync styles without the adapter run it all.
+        if row["style"] == "the same without stop_at_deadline":
+            assert row["ran_on"] > 1.0, row
+        else:
+            assert row["ran_on"] < 1.0, row
