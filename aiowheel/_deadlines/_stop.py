@@ -82,9 +82,17 @@ def at_deadline(callback: Callback) -> AtDeadline:
     """Run ``callback()`` when the current request's deadline fires, in the loop's thread;
     returns a handle whose ``cancel()`` (or leaving it as a context manager) withdraws it::
 
-        def report(request):                       # a plain def endpoint: a worker thread
-            with aiowheel.at_deadline(conn.cancel_safe):
-                return conn.execute(query).fetchall()  # cancelled in PostgreSQL at the 504
+        def export(request):                       # a plain def endpoint: a worker thread
+            stop = threading.Event()
+            with aiowheel.at_deadline(stop.set):   # set in the loop's thread at the 504
+                for chunk in chunks():
+                    if stop.is_set():
+                        break
+                    write(chunk)
+
+    For a database, :func:`aiowheel.psycopg.stop_at_deadline` and
+    :func:`aiowheel.sqlalchemy.stop_at_deadline` file each statement's cancel this way, sent
+    from a thread of their own.
 
     Call it in the request's task or in a task or worker thread its context reached (a
     ``def`` FastAPI endpoint or dependency, ``asyncio.to_thread``, Starlette's
