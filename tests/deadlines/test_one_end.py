@@ -37,6 +37,16 @@ LOOPS = ASYNCIO_UVLOOP_AND_LOOP_MODE
 SLACK = 1.0  # seconds: a loaded 2-core machine; the callees' work is 5 s
 
 
+async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    """``app`` served on 127.0.0.1 (a free port, handlers cancelled when their client goes):
+    its runner, to clean up, and its base URL."""
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
+
+
 @pytest.fixture
 async def callee() -> AsyncIterator[Callable[..., Awaitable[str]]]:
     """Real aiohttp servers on 127.0.0.1 under ``deadline_middleware(timeout)`` reading the
@@ -57,13 +67,9 @@ async def callee() -> AsyncIterator[Callable[..., Awaitable[str]]]:
         middleware = aiowheel.aiohttp.deadline_middleware(timeout, header="x-request-timeout")
         app = web.Application(middlewares=[middleware])
         app.router.add_get("/slow", slow if onward is None else middle)
-        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        runner, base = await serve(app)
         runners.append(runner)
-        host, port = runner.addresses[0][:2]
-        return f"http://{host}:{port}"
+        return base
 
     yield start
     for runner in runners:
@@ -188,12 +194,8 @@ async def plain() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/", honours)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}/"
+    runner, base = await serve(app)
+    yield base + "/"
     await runner.cleanup()
 
 
@@ -275,15 +277,11 @@ async def test_the_aiohttp_server_answers_a_timeout_from_the_budget_with_504() -
 
     app = web.Application(middlewares=[aiowheel.aiohttp.deadline_middleware(0.05)])
     app.router.add_get("/", handler)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    runner, base = await serve(app)
     try:
-        host, port = runner.addresses[0][:2]
         async with aiohttp.ClientSession() as session:
             for _ in range(5):
-                async with session.get(f"http://{host}:{port}/") as response:
+                async with session.get(base + "/") as response:
                     assert response.status == 504, await response.text()
     finally:
         await runner.cleanup()
