@@ -25,6 +25,7 @@ queries it cancels) until the statement has ended.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 import time
@@ -139,8 +140,15 @@ def stop_statement(cancel: Callable[[], object], where: str) -> Statement | None
 
 # The pauses between a statement's cancels, in a canceller thread, until it has ended: a cancel
 # that reached the server before the statement (sent as the deadline fired, the statement a
-# moment behind) finds nothing to stop, and is sent again (about 1.6 s of tries in all).
-_AGAIN: Final = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8)
+# moment behind) finds nothing to stop, and is sent again. The statement can be far behind: a
+# worker thread that had registered it and was then left waiting for a CPU on a loaded machine
+# (measured: a 2-core machine running two test suites, the query reaching PostgreSQL more than
+# the first 1.6 s of tries after the deadline). So the cancels go on, a quarter of a second
+# apart after the first ones (a late statement runs at most that long), until the statement's
+# block has left, for up to _CANCEL_FOR seconds.
+_AGAIN: Final = (0.02, 0.05, 0.1, 0.2)
+_THEN_EVERY: Final = 0.25
+_CANCEL_FOR: Final = 60.0
 
 
 @final
@@ -175,7 +183,11 @@ class Statement:
 
     def _keep_cancelling(self) -> None:
         loop = self._request.table.loop
-        for pause in _AGAIN:
+        pauses = itertools.chain(_AGAIN, itertools.repeat(_THEN_EVERY))
+        until = time.monotonic() + _CANCEL_FOR
+        for pause in pauses:
+            if time.monotonic() > until:
+                return
             with self._lock:
                 if self._done:
                     return
