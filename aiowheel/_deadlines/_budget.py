@@ -107,8 +107,10 @@ def budget(minimum: float = 0.0) -> float | None:
         await conn.fetch(query, timeout=budget())                         # asyncpg
 
     Raises :class:`BudgetExhausted` when none is left or less than ``minimum`` seconds:
-    fail fast instead of starting a call that cannot finish in time. Costs one pass over the
-    loop's pending timers (see :func:`aiowheel.current_deadline`).
+    fail fast instead of starting a call that cannot finish in time. Costs the task's own
+    timeouts, not the loop's pending timers: the request's deadline is read first, the
+    wheels' timeouts from an index by task, and only the part of the loop's heap due before
+    the request's deadline is walked (see :func:`aiowheel.current_deadline`).
     """
     return _budget(minimum, "budget()")
 
@@ -122,11 +124,14 @@ def _budget(minimum: float, where: str) -> float | None:
     """:func:`budget`, its errors naming ``where`` (the function called)."""
     if minimum != 0.0:
         minimum = _minimum(minimum, where)
-    loop = _get_running_loop()
-    task = None if loop is None else current_task(loop)
-    left = None if loop is None or task is None else tasks_left(loop, *_awaited_by(task))
     request = current.get()
     own = None if request is None else request.left()
+    loop = _get_running_loop()
+    task = None if loop is None else current_task(loop)
+    left = None
+    if loop is not None and task is not None:  # only timeouts before the request's count
+        before = math.inf if own is None or request is None else request.deadline
+        left = tasks_left(loop, *_awaited_by(task), before=before)
     if own is not None and (left is None or own < left):
         left = own
     if left is not None and (left <= 0.0 or left < minimum):
@@ -193,18 +198,20 @@ def caller_left(where: str) -> tuple[float | None, bool]:
     ``wait_for`` or a ``TaskGroup`` (see :func:`_awaited_by`; not through ``asyncio.shield``,
     which does not cancel what it shields: then nothing is counted). A request's deadline
     read in a task the request started (its context's) is not this task's: the adapter bounds
-    the call itself. One pass over the loop's timers for the task and its awaiters together.
+    the call itself. The timeouts of the task and its awaiters are read together, as
+    :func:`budget` reads them (the request's deadline first).
     :class:`BudgetExhausted` (naming ``where``) when none is left."""
     left: float | None = None
     chain: list[asyncio.Task[Any]] = []
-    loop = _get_running_loop()
-    task = None if loop is None else current_task(loop)
-    if loop is not None and task is not None:
-        chain = _awaited_by(task)
-        left = tasks_left(loop, *chain)
-    guarded = left is not None
     request = current.get()
     own = None if request is None else request.left()
+    loop = _get_running_loop()
+    task = None if loop is None else current_task(loop)
+    if loop is not None and task is not None:  # only timeouts before the request's count
+        chain = _awaited_by(task)
+        before = math.inf if own is None or request is None else request.deadline
+        left = tasks_left(loop, *chain, before=before)
+    guarded = left is not None
     if own is not None and (left is None or own < left):
         left = own
         guarded = request is not None and request.task in chain

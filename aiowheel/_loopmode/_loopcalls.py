@@ -40,11 +40,13 @@ API (``accepts``, ``debug``, ``now``, ``call``) and the thread through
 from __future__ import annotations
 
 import contextvars
+import types
 from collections.abc import Callable
 from typing import Final
 
 from .._time._binding import Binding
 from .._time._driver import Driver
+from .._time._observe import WAIT_FOR_TIMER
 from .._time._threads import FOREIGN_THREAD, FREE_THREADED, get_ident
 from ._baseheap import BaseHeap
 
@@ -52,6 +54,7 @@ __all__ = ["LoopCalls", "calls_for"]
 
 # A C static in the compiled build: a builtin named in a function is a dict lookup per call.
 _callable: Final = callable
+_MethodType: Final = types.MethodType
 
 # Int delays below this convert to float exactly; larger ones go to the loop as they are.
 _EXACT_INT: Final = 1 << 53
@@ -125,11 +128,17 @@ class LoopCalls:
             if _callable(callback) and not self._binding.closed:
                 if driver.debug:
                     self._debug_checks(callback, "call_at")
-                return driver.call(deadline, callback, args, context, "call_at()", False)
+                handle = driver.call(deadline, callback, args, context, "call_at()", False)
+                if type(callback) is _MethodType and driver.guards.active:  # the index
+                    driver.guards.note_call(callback, handle)
+                return handle
         elif ahead == ahead:  # near, and not NaN: the loop's heap, unless the wheel's order
             if ahead > 0 and _callable(callback) and self._joins_wheel(deadline):
                 self._take("call_at", callback)
-                return driver.call(deadline, callback, args, context, "call_at()", False)
+                handle = driver.call(deadline, callback, args, context, "call_at()", False)
+                if type(callback) is _MethodType and driver.guards.active:  # the index
+                    driver.guards.note_call(callback, handle)
+                return handle
             pad = self._near_pad
             if pad and ahead > 0:  # a deadline already passed cannot be run early
                 # As the delay it is from now: uvloop's own call_at would turn it into one
@@ -159,13 +168,19 @@ class LoopCalls:
             if _callable(callback) and not self._binding.closed:
                 if driver.debug:
                     self._debug_checks(callback, "call_later")
-                return driver.call(seconds_ahead, callback, args, context, "call_later()", True)
+                handle = driver.call(seconds_ahead, callback, args, context, "call_later()", True)
+                if callback is WAIT_FOR_TIMER and callback is not None:  # 3.11's wait_for
+                    driver.guards.note_wait_for(handle)  # (the index, if active)
+                return handle
         elif seconds_ahead == seconds_ahead:  # near, and not NaN: as call_at's
             driver = self._driver
             when = driver._now() + seconds_ahead
             if seconds_ahead > 0 and _callable(callback) and self._joins_wheel(when):
                 self._take("call_later", callback)
-                return driver.call(when, callback, args, context, "call_later()", False)
+                handle = driver.call(when, callback, args, context, "call_later()", False)
+                if callback is WAIT_FOR_TIMER and callback is not None:
+                    driver.guards.note_wait_for(handle)
+                return handle
             pad = self._near_pad
             if pad and seconds_ahead > 0:
                 delay = seconds_ahead + pad

@@ -33,12 +33,22 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import CodeType
+from types import CodeType, MethodType
 from typing import Any, Final, NamedTuple
 
-from .._time._observe import asyncio_timeout_task, classify, lag_bounds, origin_key
+from .._time._binding import listed_on
+from .._time._observe import (
+    ASYNCIO_ON_TIMEOUT,
+    WAIT_FOR_TIMER,
+    asyncio_timeout_task,
+    classify,
+    lag_bounds,
+    origin_key,
+)
 from .._time._view import track_loop, views_of
 from .._time._wakeup import is_wake_up
+
+_MethodType: Final = MethodType
 
 __all__ = [
     "KINDS",
@@ -158,23 +168,92 @@ class _Namer:
         return self.name(origin_key(what, task, noted))
 
 
-def _heap_deadline_for(loop: asyncio.AbstractEventLoop, tasks: tuple[object, ...]) -> float | None:
-    """The earliest deadline of the timeouts (``asyncio.timeout``) guarding any of ``tasks``
-    on the base loop's own heap (asyncio's loops: its private ``loop._scheduled``). What
-    :func:`_base_heap` would find, without making a row per handle: this pass is what a
-    client adapter pays per call, once per pending timer (docs/chain.md, the CPU cost)."""
+def _heap_deadline_for(
+    loop: asyncio.AbstractEventLoop, tasks: tuple[object, ...], before: float = math.inf
+) -> float | None:
+    """The earliest deadline before ``before`` of the timeouts (``asyncio.timeout``, 3.11's
+    ``wait_for``) guarding any of ``tasks`` on the base loop's own heap (asyncio's loops: its
+    private ``loop._scheduled``), or None.
+
+    The heap is walked from its root, and a handle due no earlier than the best deadline found
+    yet (at first ``before``) ends its branch: everything below it is due later still. So
+    the walk reads the handles due before that deadline and the children of the last of
+    them, not the whole heap: with the request's own deadline as ``before`` (what a client
+    adapter already has), the timers due after it (keep-alives, far timeouts) cost nothing."""
     scheduled = getattr(loop, "_scheduled", None)
     if not isinstance(scheduled, list):
         return None
-    earliest: float | None = None
-    for handle in list.__iter__(scheduled):  # the heap itself (loop mode's view: the wheels')
+    # The heap itself (loop mode's _scheduled shows its readers the wheels' timers too). Read
+    # in place: nothing here runs a callback, so nothing changes it during the walk.
+    try:
+        return _walk(scheduled, tasks, before)
+    except AttributeError:  # not asyncio's TimerHandles: each read the slow way
+        return _walk_any(scheduled, tasks, before)
+
+
+def _walk(scheduled: list[Any], tasks: tuple[object, ...], before: float) -> float | None:
+    """:func:`_heap_deadline_for`'s walk over asyncio's TimerHandles, their checks inline
+    (what a client adapter pays per handle due before the request's deadline)."""
+    at = list.__getitem__
+    count = list.__len__(scheduled)
+    bound = before
+    found = False
+    branches = [0] if count else []
+    while branches:
+        index = branches.pop()
+        handle = at(scheduled, index)
+        when = handle._when
+        if not when < bound:
+            continue  # and all of its branch
+        callback = handle._callback
+        if type(callback) is _MethodType:
+            if (
+                callback.__func__ is ASYNCIO_ON_TIMEOUT
+                and getattr(callback.__self__, "_task", None) in tasks
+                and not handle._cancelled
+            ):
+                bound = when
+                found = True
+        elif (
+            callback is WAIT_FOR_TIMER
+            and callback is not None
+            and asyncio_timeout_task(callback, handle._args) in tasks
+            and not handle._cancelled
+        ):
+            bound = when
+            found = True
+        child = 2 * index + 1
+        if child < count:
+            branches.append(child)
+            if child + 1 < count:
+                branches.append(child + 1)
+    return bound if found else None
+
+
+def _walk_any(scheduled: list[Any], tasks: tuple[object, ...], before: float) -> float | None:
+    """:func:`_walk` for a heap of other handles (public methods, attributes read if there)."""
+    at = list.__getitem__
+    count = list.__len__(scheduled)
+    bound = before
+    found = False
+    branches = [0] if count else []
+    while branches:
+        index = branches.pop()
+        handle: Any = at(scheduled, index)
+        when = handle.when()
+        if not when < bound:
+            continue
         callback = getattr(handle, "_callback", None)  # None: cancelled
         guarded = asyncio_timeout_task(callback, getattr(handle, "_args", ()))
         if guarded is not None and guarded in tasks and not handle.cancelled():
-            when: float = handle.when()
-            if earliest is None or when < earliest:
-                earliest = when
-    return earliest
+            bound = when
+            found = True
+        child = 2 * index + 1
+        if child < count:
+            branches.append(child)
+            if child + 1 < count:
+                branches.append(child + 1)
+    return bound if found else None
 
 
 def _passed_for(loop: asyncio.AbstractEventLoop, tasks: tuple[object, ...]) -> float | None:
@@ -186,7 +265,7 @@ def _passed_for(loop: asyncio.AbstractEventLoop, tasks: tuple[object, ...]) -> f
     if not isinstance(ready, deque) or not ready:
         return None
     earliest: float | None = None
-    for handle in list(ready):
+    for handle in ready:  # in place: nothing here runs a callback, so nothing changes it
         callback = getattr(handle, "_callback", None)
         if getattr(callback, "__name__", None) != "_on_timeout":  # a bound method, compiled or not
             continue
@@ -402,7 +481,7 @@ def loop_lag(loop: asyncio.AbstractEventLoop | None = None, *, reset: bool = Fal
     )
 
 
-deadline_sources: Final[list[Callable[[asyncio.Task[Any]], float | None]]] = []
+deadline_sources: Final[list[Callable[[object], float | None]]] = []
 """Deadlines kept off the wheel's entries, each source giving the one guarding a task (or None):
 :mod:`aiowheel.asgi`'s requests share one wheel entry per tick, and keep their own."""
 
@@ -440,12 +519,53 @@ def current_deadline(loop: asyncio.AbstractEventLoop | None = None) -> float | N
 
 
 def task_deadline(loop: asyncio.AbstractEventLoop, *tasks: asyncio.Task[Any]) -> float | None:
-    """:func:`current_deadline` of ``tasks`` (the earliest of any of them: one pass over the
-    timers for all), tasks of ``loop``, running or not."""
-    deadlines = [view.deadline_for(tasks) for view in views_of(loop)]
+    """:func:`current_deadline` of ``tasks`` (the earliest of any of them), tasks of ``loop``,
+    running or not."""
+    return deadline_before(loop, tasks, math.inf)
+
+
+def deadline_before(
+    loop: asyncio.AbstractEventLoop, tasks: tuple[object, ...], before: float
+) -> float | None:
+    """:func:`task_deadline` of ``tasks`` if it is before ``before``, else None: what a caller
+    that already knows one deadline (the request's) asks, paying nothing for the timers due
+    after it. The wheels' timeouts come from their drivers' indexes (in the time of these
+    tasks' own timeouts); the base heap's from a walk of the part due before the deadline
+    found (:func:`_heap_deadline_for`); a timeout already passed from the ready queue."""
+    earliest = before
+    for driver in listed_on(loop):
+        guards = driver.guards
+        if not guards.active:  # the first deadline asked of this loop: kept from now on
+            driver.start_guards()
+        when = guards.deadline_for(tasks)
+        if when is not None and when < earliest:
+            earliest = when
+    when = _passed_for(loop, tasks)
+    if when is not None and when < earliest:
+        earliest = when
+    for source in deadline_sources:
+        for task in tasks:
+            when = source(task)
+            if when is not None and when < earliest:
+                earliest = when
+    when = _heap_deadline_for(loop, tasks, earliest)
+    if when is not None:
+        earliest = when
+    return None if earliest == before else earliest
+
+
+def scanned_deadline(loop: asyncio.AbstractEventLoop, *tasks: asyncio.Task[Any]) -> float | None:
+    """:func:`task_deadline` by one pass over every pending timer, wheels and heap: the
+    reference the indexes and the pruned walk are tested against."""
+    deadlines = [view.deadline_scanned(tasks) for view in views_of(loop)]
     deadlines.append(_passed_for(loop, tasks))
     deadlines.extend(source(task) for source in deadline_sources for task in tasks)
-    deadlines.append(_heap_deadline_for(loop, tasks))
+    scheduled = getattr(loop, "_scheduled", None)
+    for handle in list.__iter__(scheduled) if isinstance(scheduled, list) else ():
+        callback = getattr(handle, "_callback", None)
+        guarded = asyncio_timeout_task(callback, getattr(handle, "_args", ()))
+        if guarded is not None and guarded in tasks and not handle.cancelled():
+            deadlines.append(handle.when())
     known = [deadline for deadline in deadlines if deadline is not None]
     return min(known) if known else None
 
@@ -468,12 +588,16 @@ def time_left(loop: asyncio.AbstractEventLoop | None = None) -> float | None:
     return tasks_left(*found)
 
 
-def tasks_left(loop: asyncio.AbstractEventLoop, *tasks: asyncio.Task[Any]) -> float | None:
+def tasks_left(
+    loop: asyncio.AbstractEventLoop, *tasks: asyncio.Task[Any], before: float = math.inf
+) -> float | None:
     """:func:`time_left` of ``tasks`` together (tasks of ``loop``): 0.0 while any of them is
-    being cancelled, else the seconds until the earliest :func:`task_deadline` of them."""
-    if any(task.cancelling() for task in tasks):
-        return 0.0
-    deadline = task_deadline(loop, *tasks)
+    being cancelled, else the seconds until the earliest :func:`task_deadline` of them; None
+    if there is none before loop time ``before`` (:func:`deadline_before`)."""
+    for task in tasks:
+        if task.cancelling():
+            return 0.0
+    deadline = deadline_before(loop, tasks, before)
     if deadline is None:
         return None
     return max(0.0, deadline - loop.time())

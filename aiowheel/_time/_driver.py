@@ -221,6 +221,20 @@ class Driver(Setup):
         self._move(entry, when)  # NaN is refused here, before anything changes
         return None
 
+    def _guard(self, task: object, timeout: object) -> None:
+        guards = self.guards
+        if guards.active:
+            guards.note(task, timeout)
+
+    def start_guards(self) -> None:
+        """Keep :attr:`guards` from now on (the first read of a task's deadline on this
+        driver's loop): the timeouts pending now, then each as it is filed (the native core
+        told to note asyncio's)."""
+        guards = self.guards
+        if not guards.active:
+            guards.start(self.pending_timers())
+            self._store.note_guards(guards.note_timeout)
+
     def _unfile(self, entry: Timed) -> bool:
         """Take ``entry`` out of the store if it is in it; True if it was. Like asyncio's, a
         ``cancel()`` is not thread-safe: checked in debug mode, and always on a free-threaded

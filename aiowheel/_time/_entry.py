@@ -170,6 +170,11 @@ class Owner:
         """Take ``entry`` out of the wheel; True if it was in it."""
         raise NotImplementedError
 
+    def _guard(self, task: object, timeout: object) -> None:
+        """Note that ``timeout`` (entered in ``task``) guards ``task``: what
+        :func:`aiowheel.current_deadline` reads (:class:`aiowheel._time._observe.Guards`)."""
+        raise NotImplementedError
+
     def _check_cancel_of_due(self) -> None:
         """Before a due entry (out of the wheel, its run queued) is cancelled: on a
         free-threaded build, RuntimeError from a thread that is not its loop's while the loop

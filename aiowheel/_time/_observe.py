@@ -24,12 +24,15 @@ from collections.abc import Callable
 from typing import Final
 
 __all__ = [
+    "ASYNCIO_ON_TIMEOUT",
     "LAG_BUCKETS",
+    "Guards",
     "LagHistogram",
     "asyncio_timeout_task",
     "classify",
     "lag_bounds",
     "origin_key",
+    "WAIT_FOR_TIMER",
 ]
 
 
@@ -103,7 +106,7 @@ class LagHistogram:
 # -- what a timer is -------------------------------------------------------------------------------
 
 # asyncio's private helpers behind its own timers (None if renamed: then seen as plain calls).
-_ASYNCIO_ON_TIMEOUT: Final[object] = vars(asyncio.Timeout).get("_on_timeout")
+ASYNCIO_ON_TIMEOUT: Final[object] = vars(asyncio.Timeout).get("_on_timeout")
 _SET_RESULT: Final[object] = getattr(asyncio.futures, "_set_result_unless_cancelled", None)
 _RELEASE_WAITER: Final[object] = getattr(asyncio.tasks, "_release_waiter", None)
 _MethodType: Final = types.MethodType
@@ -122,18 +125,185 @@ def _task_awaiting(future: object) -> object:
 
 # 3.11's wait_for files `_release_waiter(waiter)` (3.12+'s is an asyncio.timeout; there the
 # same timer is asyncio.wait's, which bounds nothing: it returns, and cancels no one).
-_WAIT_FOR_TIMER: Final[object] = _RELEASE_WAITER if sys.version_info < (3, 12) else None
+WAIT_FOR_TIMER: Final[object] = _RELEASE_WAITER if sys.version_info < (3, 12) else None
 
 
 def asyncio_timeout_task(callback: object, args: object = ()) -> object:
     """The task an ``asyncio.timeout`` (or 3.11's ``wait_for``) guards, if ``callback`` (with
     ``args``) is its expiry (else None)."""
-    if type(callback) is _MethodType and callback.__func__ is _ASYNCIO_ON_TIMEOUT:
+    if type(callback) is _MethodType and callback.__func__ is ASYNCIO_ON_TIMEOUT:
         # asyncio.Timeout's private `_task`: the task it was entered in.
         return getattr(callback.__self__, "_task", None)
-    if callback is _WAIT_FOR_TIMER and callback is not None and type(args) is tuple and args:
+    if callback is WAIT_FOR_TIMER and callback is not None and type(args) is tuple and args:
         return _task_awaiting(args[0])  # the task awaiting wait_for's waiter
     return None
+
+
+# -- the timeouts guarding each task ------------------------------------------------------------
+
+_SWEEP_MIN: Final = 256  # notes between two sweeps of a driver's guards, at the least
+
+
+class Guards:
+    """The timeouts guarding each task on one driver's wheel, noted as they are filed: what
+    :func:`aiowheel.current_deadline` and the budget read (:meth:`deadline_for`) in the time of
+    the task's own timeouts, instead of one pass over every pending timer (a client adapter
+    asks on every call it sends; a server with 100k pending timers would pay 100k per call).
+
+    Noted: asyncio's ``timeout`` (its bound ``_on_timeout``) and 3.11's ``wait_for`` (its
+    ``_release_waiter``) filed on the wheel by loop mode's ``call_at`` / ``call_later``, and
+    aiowheel's own timeouts when entered. Nothing is taken out when a timeout ends: a guard
+    that no longer guards (cancelled, fired, exited) is dropped when its task's guards are
+    read or noted, and by a sweep of the whole index every ``max(256, 2 x live)`` notes, so
+    the index holds at most about twice the live guards and a finished task is let go soon.
+    The loop's own heap (near deadlines, and asyncio's loops without loop mode) is not here:
+    :mod:`aiowheel._seeing._census` walks the part of it before the deadline it already has.
+
+    Kept only once asked: an index nobody reads would cost every timeout its note. It starts
+    ``active`` False (nothing noted: the filing paths test one flag, the native core one
+    pointer); the first read of a deadline on the driver's loop (:meth:`start`) notes every
+    timeout then pending, from one pass over the wheel, and from then on each as it is filed.
+    """
+
+    __slots__ = ("_by_task", "_noted", "_sweep_at", "active")
+
+    def __init__(self) -> None:
+        """An empty index, not yet kept (see :meth:`start`)."""
+        self._by_task: dict[object, list[object]] = {}
+        self._noted = 0
+        self._sweep_at = _SWEEP_MIN
+        self.active = False
+
+    def start(self, pending: list[object]) -> None:
+        """Keep the index from now on, beginning with the guards among ``pending`` (the driver's
+        pending timers: aiowheel Timeouts, and handles or wheel calls of asyncio's timeouts and
+        3.11's ``wait_for``)."""
+        self.active = True
+        for timer in pending:
+            handle = timer if isinstance(timer, _TimerHandle) else getattr(timer, "_handle", None)
+            if handle is None:  # an entry of aiowheel's own: a Timeout is its own guard
+                if getattr(timer, "_guarding", None) is not None:
+                    self.note(getattr(timer, "_task", None), timer)
+                continue
+            callback = getattr(handle, "_callback", None)
+            if type(callback) is _MethodType and callback.__func__ is ASYNCIO_ON_TIMEOUT:
+                self.note_timeout(callback.__self__)
+            elif callback is WAIT_FOR_TIMER and callback is not None:
+                args = getattr(handle, "_args", ())
+                waiter = args[0] if type(args) is tuple and args else None
+                self.note(_task_awaiting(waiter), handle)
+
+    def note(self, task: object, guard: object) -> None:
+        """``guard`` (an asyncio or aiowheel Timeout, or 3.11's ``wait_for`` timer handle)
+        guards ``task``; a guard noted last for the task already is noted once."""
+        if task is None:
+            return
+        by_task = self._by_task
+        guards = by_task.get(task)
+        if guards is None:
+            by_task[task] = [guard]
+        else:
+            last = guards[-1]
+            if last is guard:
+                return  # a reschedule's filing again
+            if not _guarding(last):  # a task entering timeout after timeout: in its place
+                guards[-1] = guard
+                return
+            if len(guards) >= 8:  # nested ones left behind: keep the list short
+                guards[:] = [known for known in guards if _guarding(known)]
+            guards.append(guard)
+        self._noted += 1
+        if self._noted >= self._sweep_at:
+            self._sweep()
+
+    def note_call(self, callback: object, handle: object) -> None:
+        """``callback`` just filed by ``loop.call_at`` (as ``handle``): if it is an
+        ``asyncio.timeout``'s expiry, its Timeout guards the task it was entered in (noted once:
+        a reschedule files it again, and the Timeout itself says its deadline)."""
+        if type(callback) is _MethodType and callback.__func__ is ASYNCIO_ON_TIMEOUT:
+            self.note_timeout(callback.__self__)
+
+    def note_timeout(self, timeout: object) -> None:
+        """``timeout``, an ``asyncio.Timeout`` whose expiry was just filed (the native core
+        calls this: it has checked the callback), guards the task it was entered in."""
+        self.note(getattr(timeout, "_task", None), timeout)
+
+    def note_wait_for(self, handle: object) -> None:
+        """``handle``, 3.11's ``wait_for`` timer just filed by ``loop.call_later`` in the task
+        that awaits its waiter (the current task), if the index is kept."""
+        if self.active:
+            self.note(asyncio.current_task(), handle)
+
+    def deadline_for(self, tasks: tuple[object, ...]) -> float | None:
+        """The earliest deadline of the timeouts guarding any of ``tasks``, or None."""
+        earliest: float | None = None
+        by_task = self._by_task
+        for task in tasks:
+            guards = by_task.get(task)
+            if guards is None:
+                continue
+            for guard in guards:
+                when = _guard_when(guard)
+                if when is not None and (earliest is None or when < earliest):
+                    earliest = when
+        return earliest
+
+    def __len__(self) -> int:
+        """The guards noted and not yet dropped (live or not)."""
+        return sum(len(guards) for guards in self._by_task.values())
+
+    def _sweep(self) -> None:
+        live = 0
+        by_task = self._by_task
+        for task in list(by_task):
+            kept = [guard for guard in by_task[task] if _guarding(guard)]
+            if kept:
+                by_task[task] = kept
+                live += len(kept)
+            else:
+                del by_task[task]
+        self._noted = 0
+        self._sweep_at = max(_SWEEP_MIN, 2 * live)
+
+
+# asyncio.timeouts' private state an entered Timeout is in while it guards its task (None if
+# renamed: then no asyncio Timeout reads as guarding, and the heap walk alone finds them).
+_AsyncioTimeout: Final = asyncio.Timeout
+_TimerHandle: Final = asyncio.TimerHandle
+_ASYNCIO_STATE: Final[object] = getattr(asyncio.timeouts, "_State", None)
+_ASYNCIO_ENTERED: Final[object] = getattr(_ASYNCIO_STATE, "ENTERED", None)
+
+
+def _guard_when(guard: object) -> float | None:
+    """A guard's deadline while it guards its task, else None: an asyncio Timeout entered and
+    not yet fired or left (its ``_when``, private: the deadline ``when()`` returns), an
+    aiowheel Timeout the same, 3.11's ``wait_for`` timer while its waiter waits."""
+    if type(guard) is _AsyncioTimeout:
+        if guard._state is not _ASYNCIO_ENTERED:  # type: ignore[attr-defined]
+            return None
+        return guard.when()
+    if isinstance(guard, _TimerHandle):
+        if guard.cancelled():
+            return None
+        args = guard._args
+        waiter = args[0] if type(args) is tuple and args else None
+        if waiter is None or waiter.done():
+            return None
+        return guard.when()
+    found: float | None = guard._guard_when()  # type: ignore[attr-defined]
+    return found
+
+
+def _guarding(guard: object) -> bool:
+    """Whether a guard may still guard its task: a Timeout (asyncio's or aiowheel's) entered and
+    not fired or left (a reschedule may give it a deadline again), 3.11's ``wait_for`` timer
+    while :func:`_guard_when` finds it waiting."""
+    if type(guard) is _AsyncioTimeout:
+        return guard._state is _ASYNCIO_ENTERED  # type: ignore[attr-defined]
+    if isinstance(guard, _TimerHandle):
+        return _guard_when(guard) is not None
+    alive: bool = guard._guarding()  # type: ignore[attr-defined]
+    return alive
 
 
 def classify(kind: str, what: object, who: object) -> tuple[str, object, object]:

@@ -33,7 +33,7 @@ from ._dispatch import Dispatch
 from ._entry import Owner, Timed
 from ._grid import Grid
 from ._handles import Handle
-from ._observe import LagHistogram
+from ._observe import Guards, LagHistogram
 from ._reaper import Reaper
 from ._store import store_for
 
@@ -62,6 +62,7 @@ class Setup(Owner):
         "_tick",
         "_wakeups",
         "binding",
+        "guards",
         "lag",
     )
 
@@ -84,6 +85,7 @@ class Setup(Owner):
         self._wakeups = 0
         self._max_lateness = 0.0
         self.lag: Final = LagHistogram(0.0)
+        self.guards: Final = Guards()  # the timeouts guarding each task (current_deadline)
         # Where each pending timer was filed from, while origin tracking is on; else None.
         self._origins: Origins | None = None
         # The one wake-up and what it wakes (aiowheel._time._reaper): filings read its `armed`.

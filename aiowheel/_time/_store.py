@@ -39,6 +39,7 @@ from typing import Any, Final
 from .._common import _build
 from ._entry import Timed
 from ._handles import EMPTY_CONTEXT, callback_repr, loop_of_callbacks
+from ._observe import ASYNCIO_ON_TIMEOUT, WAIT_FOR_TIMER
 from ._wheel import Entry, Wheel, entries_at
 
 __all__ = ["CORE_TICKS", "NativeStore", "Store", "load_native", "native", "store_for"]
@@ -58,7 +59,10 @@ def load_native() -> Any:
         from . import _core  # type: ignore[attr-defined,unused-ignore]
     except ImportError:  # pragma: no cover - setup.py builds it with the mypyc modules
         return None
-    _core.setup(callback_repr, EMPTY_CONTEXT, loop_of_callbacks)
+    # What loop mode's native calls hand to the slow path, whose driver notes it in its index
+    # of the timeouts guarding each task (_observe.Guards): asyncio's Timeout expiry, 3.11's
+    # wait_for timer.
+    _core.setup(callback_repr, EMPTY_CONTEXT, loop_of_callbacks, ASYNCIO_ON_TIMEOUT, WAIT_FOR_TIMER)
     return _core
 
 
@@ -215,6 +219,10 @@ class Store:
         """Loop mode's ``call_at`` / ``call_later`` in native code; None: none here."""
         return None
 
+    def note_guards(self, note: Callable[[object], None]) -> None:
+        """From now on, tell ``note`` of each ``asyncio.Timeout`` whose expiry the native
+        core's ``call_at`` files (no core here: loop mode's calls note their own)."""
+
     def close(self) -> list[Any]:
         """Out of the fast lane, and drained: the core's unfired handles."""
         return []
@@ -355,6 +363,10 @@ class NativeStore(Store):
             threshold, near_pad, near_call_at, near_call_later, slow_call_at, slow_call_later
         )
         return core.call_at, core.call_later
+
+    def note_guards(self, note: Callable[[object], None]) -> None:
+        """See :meth:`Store.note_guards`: the core's ``call_at`` tells ``note``."""
+        self._core.note_guards(note)
 
     def close(self) -> list[Any]:
         """See :meth:`Store.close`."""

@@ -120,6 +120,7 @@ class Timeout(Timed):
         # Checked (loop, NaN, max_pending) before anything of this timeout changes.
         passed = owner._set_deadline(self, when)
         self._deadline = when
+        owner._guard(self._task, self)  # the index may have started since it was entered
         soon = self._soon
         if soon is not None:
             soon.cancel()
@@ -158,7 +159,18 @@ class Timeout(Timed):
         self._state = _ENTERED
         self._task = task
         self._cancelling = task.cancelling()
+        owner._guard(task, self)
         return self
+
+    def _guard_when(self) -> float | None:
+        """The deadline while this timeout guards its task (entered, not yet fired), else None
+        (for :class:`aiowheel._time._observe.Guards`): in the wheel, due and waiting its turn
+        (``max_batch``), or passed and handed to ``call_soon``."""
+        return self._deadline if self._state is _ENTERED else None
+
+    def _guarding(self) -> bool:
+        """Whether this timeout is entered and not done (a reschedule may file it again)."""
+        return self._state is _ENTERED
 
     def __aexit__(
         self,

@@ -74,8 +74,13 @@ class View:
     def deadline_for(self, tasks: tuple[object, ...]) -> float | None:
         """The earliest deadline of the timeouts on this wheel that guard any of ``tasks``:
         aiowheel's own, and asyncio's (``asyncio.timeout``, ``wait_for``) filed here by loop
-        mode. One pass over the pending timers: nothing is kept for it while nobody
-        asks."""
+        mode. Read from the driver's index of them (:class:`aiowheel._time._observe.Guards`),
+        in the time of these tasks' own timeouts."""
+        return self._driver.guards.deadline_for(tasks)
+
+    def deadline_scanned(self, tasks: tuple[object, ...]) -> float | None:
+        """:meth:`deadline_for` by one pass over every pending timer: the reference the
+        index is tested against."""
         earliest: float | None = None
         guarded: object
         for entry in self._driver.pending_timers():

@@ -172,6 +172,7 @@ struct CoreObject {
     PyObject *near_call_later;
     PyObject *slow_call_at;
     PyObject *slow_call_later;
+    PyObject *note_guard; /* Guards.note_timeout of the driver: an asyncio.timeout filed here */
     /* the module (beside the routing fields a call_later reads anyway) */
     CoreState *state; /* its module's: fixed at creation */
     PyObject *module; /* a strong reference: keeps `state` alive */
@@ -195,6 +196,12 @@ struct CoreState {
     PyObject *callback_repr;
     PyObject *empty_context; /* aiowheel._time._handles.EMPTY_CONTEXT */
     PyObject *get_running_loop;
+    /* What loop mode's call_at / call_later hand to the slow path, where the driver's index of
+     * the timeouts guarding each task notes them (aiowheel._time._observe.Guards): asyncio's
+     * Timeout._on_timeout (bound methods of it, through call_at) and 3.11's wait_for timer
+     * (tasks._release_waiter, through call_later; None from 3.12). */
+    PyObject *guarded_at;
+    PyObject *guarded_later;
     PyObject *handle_repr; /* aiowheel._time._handles.handle_repr, imported on first use */
     PyObject *empty_tuple; /* () */
     PyObject *str_context;

@@ -225,6 +225,7 @@ core_traverse(CoreObject *c, visitproc visit, void *arg)
     Py_VISIT(c->near_call_later);
     Py_VISIT(c->slow_call_at);
     Py_VISIT(c->slow_call_later);
+    Py_VISIT(c->note_guard);
     if (c->buckets != NULL) {
         /* The pending handles are not tracked: what they hold is reported as the Core's. */
         for (Py_ssize_t i = 0; i <= c->nbuckets; i++) {
@@ -279,6 +280,7 @@ core_clear(CoreObject *c)
     Py_CLEAR(c->near_call_later);
     Py_CLEAR(c->slow_call_at);
     Py_CLEAR(c->slow_call_later);
+    Py_CLEAR(c->note_guard);
     return 0;
 }
 
@@ -328,6 +330,7 @@ LOCKED_FAST(core_set_armed)
 LOCKED_O(core_earliest)
 LOCKED_FAST(core_update)
 LOCKED_FAST(core_route)
+LOCKED_O(core_note_guards)
 LOCKED_O(core_check)
 LOCKED_O(core_queued_at)
 LOCKED_O(core_stamp)
@@ -353,6 +356,7 @@ static PyMethodDef core_methods[] = {
     {"earliest", (PyCFunction)core_earliest_locked, METH_O, NULL},
     {"update", (PyCFunction)(void (*)(void))core_update_locked, METH_FASTCALL, NULL},
     {"route", (PyCFunction)(void (*)(void))core_route_locked, METH_FASTCALL, NULL},
+    {"note_guards", (PyCFunction)core_note_guards_locked, METH_O, NULL},
     {"check", (PyCFunction)core_check_locked, METH_NOARGS, NULL},
     {"queued_at", (PyCFunction)core_queued_at_locked, METH_O, NULL},
     {"stamp", (PyCFunction)core_stamp_locked, METH_NOARGS, NULL},
@@ -468,19 +472,23 @@ static PyTypeObject DoneType = {
 
 /* -- the module ------------------------------------------------------------------------------ */
 
-/* setup(callback_repr, empty_context, get_running_loop): aiowheel._time._store hands over the Python
- * helpers the handles use, once, at its import. */
+/* setup(callback_repr, empty_context, get_running_loop, guarded_at, guarded_later):
+ * aiowheel._time._store hands over the Python helpers the handles use, and the callbacks loop
+ * mode's calls hand to the slow path (CoreState), once, at its import. */
 static PyObject *
 setup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "setup(callback_repr, empty_context, get_running_loop)");
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "setup(callback_repr, empty_context, get_running_loop, "
+                                         "guarded_at, guarded_later)");
         return NULL;
     }
     CoreState *st = (CoreState *)PyModule_GetState(module);
     Py_XSETREF(st->callback_repr, Py_NewRef(args[0]));
     Py_XSETREF(st->empty_context, Py_NewRef(args[1]));
     Py_XSETREF(st->get_running_loop, Py_NewRef(args[2]));
+    Py_XSETREF(st->guarded_at, Py_NewRef(args[3]));
+    Py_XSETREF(st->guarded_later, Py_NewRef(args[4]));
     Py_RETURN_NONE;
 }
 
@@ -720,6 +728,8 @@ core_module_traverse(PyObject *m, visitproc visit, void *arg)
     Py_VISIT(st->callback_repr);
     Py_VISIT(st->empty_context);
     Py_VISIT(st->get_running_loop);
+    Py_VISIT(st->guarded_at);
+    Py_VISIT(st->guarded_later);
     Py_VISIT(st->handle_repr);
 #ifndef Py_GIL_DISABLED
     Py_VISIT(st->spare_context);
@@ -736,6 +746,8 @@ core_module_clear(PyObject *m)
     Py_CLEAR(st->callback_repr);
     Py_CLEAR(st->empty_context);
     Py_CLEAR(st->get_running_loop);
+    Py_CLEAR(st->guarded_at);
+    Py_CLEAR(st->guarded_later);
     Py_CLEAR(st->handle_repr);
     Py_CLEAR(st->empty_tuple);
     Py_CLEAR(st->str_context);

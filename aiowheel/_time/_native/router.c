@@ -248,6 +248,28 @@ joins_wheel(CoreObject *c, double when, PyObject *callback)
     return tick_for(c, when) >= c->armed && Py_TYPE(callback)->tp_call != NULL;
 }
 
+/* `res`, the handle just filed for `callback`: if `callback` is an asyncio.timeout's expiry (a
+ * bound method of Timeout._on_timeout), its Timeout is noted in the driver's index of the
+ * timeouts guarding each task (aiowheel._time._observe.Guards.note_timeout, as
+ * note_guard(timeout)); one type test for every other callback. The handle is filed whatever the note does: a note that fails (memory) is
+ * reported to sys.unraisablehook and leaves the index without it, never the timer unfiled. */
+static inline PyObject *
+noted(CoreObject *c, PyObject *callback, PyObject *res)
+{
+    if (Py_IS_TYPE(callback, &PyMethod_Type) &&
+        PyMethod_GET_FUNCTION(callback) == c->state->guarded_at && res != NULL &&
+        res != Py_NotImplemented && c->note_guard != NULL) {
+        PyObject *done = PyObject_CallOneArg(c->note_guard, PyMethod_GET_SELF(callback));
+        if (done == NULL) {
+            PyErr_WriteUnraisable(c->note_guard);
+        }
+        else {
+            Py_DECREF(done);
+        }
+    }
+    return res;
+}
+
 static PyObject *
 core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -268,7 +290,7 @@ core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwna
         }
         PyObject *res = core_file_locked(c, when, args[1], args + 2, nargs - 2, context);
         if (res != Py_NotImplemented) {
-            return res;
+            return noted(c, args[1], res);
         }
         Py_DECREF(res); /* beyond the core's grid: the driver's wheel, through the slow path */
         goto slow;
@@ -277,7 +299,7 @@ core_call_at(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *kwna
         if (ahead > 0 && joins_wheel(c, when, args[1])) {
             PyObject *res = core_file_locked(c, when, args[1], args + 2, nargs - 2, context);
             if (res != Py_NotImplemented) {
-                return res;
+                return noted(c, args[1], res);
             }
             Py_DECREF(res);
             goto slow;
@@ -308,7 +330,7 @@ core_call_later(CoreObject *c, PyObject *const *args, size_t nargsf, PyObject *k
     PyObject *context;
     double delay, now;
     if (nargs < 2 || !c->fast || !read_context(c->state, kwnames, args, nargs, &context) ||
-        !as_seconds(args[0], &delay) || foreign_thread(c)) {
+        !as_seconds(args[0], &delay) || foreign_thread(c) || args[1] == c->state->guarded_later) {
         goto slow;
     }
     if (delay >= c->threshold) {
@@ -422,6 +444,16 @@ core_route(CoreObject *c, PyObject *const *args, Py_ssize_t nargs)
     Py_XSETREF(c->near_call_later, args[3] == Py_None ? NULL : Py_NewRef(args[3]));
     Py_XSETREF(c->slow_call_at, Py_NewRef(args[4]));
     Py_XSETREF(c->slow_call_later, Py_NewRef(args[5]));
+    Py_RETURN_NONE;
+}
+
+/* note_guards(note): from now on, note(timeout) is told of each asyncio.timeout whose expiry
+ * call_at files here (the driver's Guards.note_timeout, once something asked for a task's
+ * deadline); None: nothing is (the start: a loop nobody asks pays one pointer test). */
+static PyObject *
+core_note_guards(CoreObject *c, PyObject *note)
+{
+    Py_XSETREF(c->note_guard, note == Py_None ? NULL : Py_NewRef(note));
     Py_RETURN_NONE;
 }
 
