@@ -21,12 +21,16 @@ pass. For Prometheus, the SDK's ``PrometheusMetricReader`` exposes them as
 and ``aiowheel_loop_lag_seconds_bucket`` (see the "Seeing your timers" page).
 """
 
-from ._seeing._otel import (
+from ._deadlines._metrics import (
+    DeadlineInstrumentation,
     Instrumentation,
     instrument,
+    instrument_deadlines,
 )
 
 __all__ = [
+    "DeadlineInstrumentation",
     "Instrumentation",
     "instrument",
+    "instrument_deadlines",
 ]

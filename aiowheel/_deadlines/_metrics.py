@@ -1,0 +1,346 @@
+"""The deadlines and purgatories seen through OpenTelemetry: :func:`instrument_deadlines`, whose
+user's guide is :mod:`aiowheel.otel`'s docstring (this room hands that face the timers'
+:func:`instrument` as well, so that the face has one room).
+
+Why here, in the deadlines' folder, and not beside the timers' instruments in ``_seeing/``:
+what it reads is a request's record (:class:`~aiowheel._deadlines._deadline.Request`: its
+route, its hop, when it arrived and with what deadline) and a purgatory's stats, and
+``_seeing/`` is below both folders. The request path knows nothing of it: it reports through
+:mod:`aiowheel._deadlines._seen`'s one attribute, which this module sets to a
+:class:`_Recorder` while instrumented (and to None again on :meth:`DeadlineInstrumentation.close`).
+
+What a request costs when instrumented: at its end, one counter increment and one histogram
+record (two more for a missed one), with attributes made once per (hop, route, method,
+outcome, source) and reused (:data:`_SHAPES` of them at most; past that they are made per
+request). A route is named by its template (``http.route``: FastAPI's matched route, aiohttp's
+resource), never by the raw path; a request whose route is unknown (a 404, an ASGI app
+without FastAPI's routing) has no ``http.route``. The purgatories' counts are read from their
+stats when the SDK collects (observable instruments): nothing per operation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, final
+
+try:
+    from opentelemetry import metrics, trace
+except ModuleNotFoundError as exc:  # the optional extra: a clear error, naming it
+    raise ImportError(
+        "aiowheel.otel needs the otel extra (opentelemetry-api): pip install 'aiowheel[otel]'"
+    ) from exc
+
+from .._purgatory._purgatory import Purgatory
+from .._seeing._otel import Instrumentation, instrument
+from ._deadline import Request, current
+from ._seen import SEEN, Watcher
+
+# The timers' instruments too (:mod:`aiowheel._seeing._otel`): aiowheel.otel's one room.
+__all__ = ["DeadlineInstrumentation", "Instrumentation", "instrument", "instrument_deadlines"]
+
+BUCKETS: Final = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0,
+)  # fmt: skip
+"""The seconds histograms' bucket boundaries (the SDK's default ones are for milliseconds)."""
+
+_METHODS: Final = frozenset(
+    ("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH")
+)
+_SHAPES: Final = 4096  # distinct attribute sets kept made; bounded even if a route is not
+
+Attributes = dict[str, str]
+
+
+def _method(raw: object) -> str:
+    """``http.request.method`` as the semantic conventions bound it: a known method, or
+    ``_OTHER``."""
+    return raw if isinstance(raw, str) and raw in _METHODS else "_OTHER"
+
+
+def _where(route: object) -> tuple[str, ...]:
+    """A request's hop and route as a tuple of bounded values: ``("asgi", method, template)``,
+    ``("aiohttp", method, template)`` (template "" when unknown), or ``("grpc", service,
+    method)``."""
+    match_info = getattr(route, "match_info", None)
+    if match_info is not None:  # an aiohttp request (a mapping too: asked first)
+        resource = getattr(getattr(match_info, "route", None), "resource", None)
+        canonical = getattr(resource, "canonical", None)
+        template = canonical if isinstance(canonical, str) else ""
+        return ("aiohttp", _method(getattr(route, "method", None)), template)
+    if isinstance(route, Mapping):  # an ASGI scope
+        matched = getattr(route.get("route"), "path", None)  # FastAPI's matched route
+        template = matched if isinstance(matched, str) else ""
+        return ("asgi", _method(route.get("method")), template)
+    if isinstance(route, str):  # a gRPC method's full name, /package.Service/Method
+        service, _, method = route.lstrip("/").partition("/")
+        return ("grpc", service, method)
+    return ("?", "", "")
+
+
+def _attributes(where: tuple[str, ...]) -> Attributes:
+    """The semantic conventions' attributes of a hop and route (:func:`_where`)."""
+    hop, first, second = where
+    if hop == "grpc":
+        return {"aiowheel.hop": hop, "rpc.system": "grpc", "rpc.service": first,
+                "rpc.method": second}  # fmt: skip
+    found = {"aiowheel.hop": hop, "http.request.method": first}
+    if second:
+        found["http.route"] = second
+    return found
+
+
+@final
+class _Recorder(Watcher):
+    """The watcher :func:`instrument_deadlines` sets: records what the request path reports."""
+
+    __slots__ = (
+        "_budget", "_refused", "_requests", "_sent", "_shapes", "_spans", "_stopped",
+    )  # fmt: skip
+
+    def __init__(self, meter: metrics.Meter, spans: bool) -> None:
+        self._spans = spans
+        self._shapes: dict[tuple[str, ...], Attributes] = {}
+        self._requests = meter.create_counter(
+            "aiowheel.deadline.requests", unit="{request}",
+            description="requests that ended under a deadline, by outcome (met, missed)",
+        )  # fmt: skip
+        self._budget = meter.create_histogram(
+            "aiowheel.deadline.budget", unit="s",
+            description="the deadline a request arrived with (the caller's budget or the "
+            "route's own, whichever is shorter)",
+            explicit_bucket_boundaries_advisory=BUCKETS,
+        )  # fmt: skip
+        self._stopped = meter.create_counter(
+            "aiowheel.deadline.stopped", unit="s",
+            description="handler-seconds of the requests a deadline ended (arrival to end)",
+        )  # fmt: skip
+        self._sent = meter.create_histogram(
+            "aiowheel.deadline.budget_sent", unit="s",
+            description="the budget a client adapter sent downstream with a call",
+            explicit_bucket_boundaries_advisory=BUCKETS,
+        )  # fmt: skip
+        self._refused = meter.create_counter(
+            "aiowheel.deadline.refused", unit="{call}",
+            description="calls a client adapter did not send: too little budget was left",
+        )  # fmt: skip
+
+    def _shape(self, key: tuple[str, ...], extra: Mapping[str, str]) -> Attributes:
+        """The attributes of ``key`` (its first three values, :func:`_where`'s) with
+        ``extra``, made once."""
+        found = self._shapes.get(key)
+        if found is None:
+            found = {**_attributes(key[:3]), **extra}
+            if len(self._shapes) < _SHAPES:
+                self._shapes[key] = found
+        return found
+
+    def ended(self, request: Request, missed: bool) -> None:
+        """Count the request (met or missed), record its budget at arrival, and, if a
+        deadline ended it, its handler-seconds; annotate the current span."""
+        where = _where(request.route)
+        source = request.whose()
+        outcome = "missed" if missed else "met"
+        self._requests.add(
+            1,
+            self._shape(
+                (*where, outcome, source),
+                {"aiowheel.deadline.outcome": outcome, "aiowheel.deadline.source": source},
+            ),
+        )
+        budget = request.arrived - request.started
+        self._budget.record(budget, self._shape(where, {}))
+        now = 0.0
+        if missed:
+            now = request.table.loop.time()
+            self._stopped.add(max(0.0, now - request.started), self._shape(where, {}))
+        if self._spans:
+            span = trace.get_current_span()
+            if span.is_recording():
+                span.set_attribute("aiowheel.deadline.budget", budget)
+                span.set_attribute("aiowheel.deadline.fired", missed)
+                if missed:
+                    # When the deadline passed, on the wall clock (now, if the budget ran out
+                    # before it: a BudgetExhausted from below).
+                    early = max(0.0, now - request.deadline)
+                    span.add_event(
+                        "aiowheel.deadline.fired",
+                        {"aiowheel.deadline.source": source},
+                        timestamp=time.time_ns() - int(early * 1e9),
+                    )
+
+    def _client(self, client: str) -> Attributes:
+        """The attributes of a call by ``client``: the client, and the hop and route of the
+        request it is made for, if any."""
+        request = current.get()
+        where = ("", "", "") if request is None else _where(request.route)
+        key = (*where, client)
+        found = self._shapes.get(key)
+        if found is None:
+            found = {} if request is None else _attributes(where)
+            found["aiowheel.client"] = client
+            if len(self._shapes) < _SHAPES:
+                self._shapes[key] = found
+        return found
+
+    def sent(self, client: str, seconds: float) -> None:
+        """Record the budget sent downstream (and put it on the current span: the client's)."""
+        self._sent.record(seconds, self._client(client))
+        if self._spans:
+            span = trace.get_current_span()
+            if span.is_recording():
+                span.set_attribute("aiowheel.deadline.budget_sent", seconds)
+
+    def refused(self, client: str) -> None:
+        """Count a call refused for want of budget (an event on the current span)."""
+        self._refused.add(1, self._client(client))
+        if self._spans:
+            span = trace.get_current_span()
+            if span.is_recording():
+                span.add_event("aiowheel.deadline.refused", {"aiowheel.client": client})
+
+
+@final
+class DeadlineInstrumentation:
+    """What :func:`instrument_deadlines` set up; :meth:`close` stops it (then it may be
+    called again)."""
+
+    __slots__ = ("_closed", "_purgatories", "_recorder")
+
+    def __init__(
+        self, meter: metrics.Meter, spans: bool, purgatories: dict[str, Purgatory]
+    ) -> None:
+        self._closed = False
+        self._purgatories = purgatories
+        self._recorder = _Recorder(meter, spans)
+        if purgatories:
+            self._observe_purgatories(meter)
+        SEEN.watcher = self._recorder
+
+    def _observe_purgatories(self, meter: metrics.Meter) -> None:
+        meter.create_observable_gauge(
+            "aiowheel.purgatory.waiting", [self._waiting], unit="{operation}",
+            description="operations waiting in the purgatory now",
+        )  # fmt: skip
+        meter.create_observable_counter(
+            "aiowheel.purgatory.operations", [self._operations], unit="{operation}",
+            description="operations ended, by outcome (completed, expired, cancelled, failed)",
+        )  # fmt: skip
+        meter.create_observable_counter(
+            "aiowheel.purgatory.redis.sent", [self._redis("sent")], unit="{key}",
+            description="keys signalled here and queued for Redis",
+        )  # fmt: skip
+        meter.create_observable_counter(
+            "aiowheel.purgatory.redis.received", [self._redis("received")], unit="{message}",
+            description="messages of other processes received through Redis and applied",
+        )  # fmt: skip
+        meter.create_observable_counter(
+            "aiowheel.purgatory.redis.errors", [self._redis_errors], unit="{error}",
+            description="failures talking to Redis, by operation (connect, publish)",
+        )  # fmt: skip
+        meter.create_observable_gauge(
+            "aiowheel.purgatory.redis.connected", [self._redis("connected")], unit="1",
+            description="1 while a subscriber is subscribed to Redis, else 0",
+        )  # fmt: skip
+
+    def _live(self) -> Iterable[tuple[str, Purgatory]]:
+        return () if self._closed else self._purgatories.items()
+
+    def _waiting(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return [
+            metrics.Observation(purgatory.stats().live, {"aiowheel.purgatory": name})
+            for name, purgatory in self._live()
+        ]
+
+    def _operations(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        found = []
+        for name, purgatory in self._live():
+            stats = purgatory.stats()
+            for outcome in ("completed", "expired", "cancelled", "failed"):
+                found.append(
+                    metrics.Observation(
+                        getattr(stats, outcome),
+                        {"aiowheel.purgatory": name, "aiowheel.purgatory.outcome": outcome},
+                    )
+                )
+        return found
+
+    def _signals_stats(self) -> Iterable[tuple[str, Any]]:
+        """Each purgatory with Redis signals, and its signals' stats."""
+        for name, purgatory in self._live():
+            signals = getattr(purgatory, "_signals", None)
+            stats = getattr(signals, "stats", None)
+            if callable(stats):
+                yield name, stats()
+
+    def _redis(self, field: str) -> metrics.CallbackT:
+        def observe(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+            return [
+                metrics.Observation(int(getattr(stats, field)), {"aiowheel.purgatory": name})
+                for name, stats in self._signals_stats()
+                if hasattr(stats, field)
+            ]
+
+        return observe
+
+    def _redis_errors(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        found = []
+        for name, stats in self._signals_stats():
+            for operation in ("connect", "publish"):
+                count = getattr(stats, f"{operation}_errors", None)
+                if count is not None:
+                    attributes = {"aiowheel.purgatory": name, "aiowheel.redis.operation": operation}
+                    found.append(metrics.Observation(count, attributes))
+        return found
+
+    def close(self) -> None:
+        """Stop: the request path reports nothing more (its one check finds no watcher), the
+        purgatories' instruments report nothing."""
+        self._closed = True
+        if SEEN.watcher is self._recorder:
+            SEEN.watcher = None
+
+
+def instrument_deadlines(
+    *,
+    purgatories: Mapping[str, Purgatory] | None = None,
+    meter_provider: Any = None,
+    spans: bool = True,
+) -> DeadlineInstrumentation:
+    """Report the request deadlines of every adapter in the process (ASGI, aiohttp, gRPC;
+    the httpx, aiohttp and gRPC clients) and the ``purgatories`` (``{name: purgatory}``)
+    through OpenTelemetry: the meter ``aiowheel`` of ``meter_provider`` (default: the global
+    one); with ``spans`` (the default), the current span of a request or call gets its
+    attributes too. Once per process: RuntimeError while an earlier one is open.
+
+    >>> aiowheel.otel.instrument_deadlines(purgatories={"orders": orders})
+    """
+    where = "instrument_deadlines()"
+    if not isinstance(spans, bool):
+        raise TypeError(f"{where}: spans must be a bool, got {type(spans).__name__}")
+    checked: dict[str, Purgatory] = {}
+    if purgatories is not None:
+        if not isinstance(purgatories, Mapping):
+            raise TypeError(
+                f"{where}: purgatories must be a mapping of names to aiowheel.Purgatory, "
+                f"got {type(purgatories).__name__}"
+            )
+        for name, purgatory in purgatories.items():
+            if not isinstance(name, str) or not name:
+                raise TypeError(
+                    f"{where}: purgatories' names must be non-empty strings, got {name!r}"
+                )
+            if not isinstance(purgatory, Purgatory):
+                raise TypeError(
+                    f"{where}: purgatories[{name!r}] must be an aiowheel.Purgatory, "
+                    f"got {type(purgatory).__name__}"
+                )
+            checked[name] = purgatory
+    if SEEN.watcher is not None:
+        raise RuntimeError(
+            f"{where}: the deadlines are instrumented already; close() the first "
+            "DeadlineInstrumentation to instrument them again"
+        )
+    meter = metrics.get_meter("aiowheel", meter_provider=meter_provider)
+    return DeadlineInstrumentation(meter, spans, checked)

@@ -1,0 +1,453 @@
+"""aiowheel.otel.instrument_deadlines (issue 63): the deadlines' metrics and spans, read back
+through the OpenTelemetry SDK (its in-memory reader and span exporter), and through its
+Prometheus reader scraped over HTTP from a real aiohttp server, as an operator would."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+from fastapi import FastAPI
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import aiowheel
+import aiowheel.aiohttp
+import aiowheel.otel
+from aiowheel._deadlines._seen import SEEN
+from aiowheel.asgi import BudgetExhausted, DeadlineMiddleware, set_deadline
+from aiowheel.httpx import DeadlineTransport
+from tests.support import ROOT
+
+SLOW = 5.0  # what a slow handler would take: far past every deadline here
+
+
+def points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    """Every data point the reader collects now, by instrument name."""
+    data = reader.get_metrics_data()
+    found: dict[str, list[Any]] = {}
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                found.setdefault(metric.name, []).extend(metric.data.data_points)
+    return found
+
+
+def one(found: dict[str, list[Any]], name: str, **attributes: object) -> Any:
+    """The one point of ``name`` whose attributes include ``attributes``."""
+    matching = [
+        point
+        for point in found.get(name, [])
+        if all(point.attributes.get(k.replace("_", ".")) == v for k, v in attributes.items())
+    ]
+    assert len(matching) == 1, (name, attributes, found.get(name))
+    return matching[0]
+
+
+@pytest.fixture
+def reader() -> Iterator[tuple[InMemoryMetricReader, MeterProvider]]:
+    found = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[found])
+    yield found, provider
+    provider.shutdown()
+    assert SEEN.watcher is None, "a test left the deadlines instrumented"
+
+
+async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    """``app`` on 127.0.0.1 (a free port): its runner and its base URL."""
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
+
+
+def aiohttp_app(timeout: float) -> web.Application:
+    """``/users/{id}`` answers at once, ``/slow/{id}`` sleeps past the deadline."""
+
+    async def user(request: web.Request) -> web.Response:
+        return web.Response(text=request.match_info["id"])
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(SLOW)
+        return web.Response(text="late")
+
+    app = web.Application(
+        middlewares=[aiowheel.aiohttp.deadline_middleware(timeout, header="x-request-timeout")]
+    )
+    app.router.add_get("/users/{id}", user)
+    app.router.add_get("/slow/{id}", slow)
+    return app
+
+
+def test_aiohttp_met_and_missed_counted_under_the_route_template(
+    reader: tuple[InMemoryMetricReader, MeterProvider],
+) -> None:
+    memory, provider = reader
+
+    async def main() -> dict[str, list[Any]]:
+        instrumented = aiowheel.otel.instrument_deadlines(meter_provider=provider)
+        runner, url = await serve(aiohttp_app(0.2))
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                for user in ("ann", "bob", "cy"):
+                    assert (await client.get(f"/users/{user}")).status_code == 200
+                assert (await client.get("/slow/1")).status_code == 504
+                # The caller's budget, shorter than the route's: its deadline is the caller's.
+                slow = await client.get("/slow/2", headers={"x-request-timeout": "0.1"})
+                assert slow.status_code == 504
+                assert (await client.get("/nowhere")).status_code == 404
+        finally:
+            await runner.cleanup()
+            instrumented.close()
+        return points(memory)
+
+    found = asyncio.run(main())
+    met = one(found, "aiowheel.deadline.requests", http_route="/users/{id}")
+    assert met.value == 3
+    assert met.attributes["aiowheel.deadline.outcome"] == "met"
+    assert met.attributes["aiowheel.hop"] == "aiohttp"
+    assert met.attributes["http.request.method"] == "GET"
+    own = one(
+        found, "aiowheel.deadline.requests", http_route="/slow/{id}", aiowheel_deadline_source="own"
+    )
+    caller = one(
+        found,
+        "aiowheel.deadline.requests",
+        http_route="/slow/{id}",
+        aiowheel_deadline_source="caller",
+    )
+    assert own.value == caller.value == 1
+    assert (
+        own.attributes["aiowheel.deadline.outcome"]
+        == "missed"
+        == caller.attributes["aiowheel.deadline.outcome"]
+    )
+    # The 404 has no route: counted (met), without an http.route.
+    unrouted = [p for p in found["aiowheel.deadline.requests"] if "http.route" not in p.attributes]
+    assert [p.value for p in unrouted] == [1]
+    # Never a raw path: no attribute value holds one of the ids sent.
+    values = {v for ps in found.values() for p in ps for v in p.attributes.values()}
+    assert not values & {"/users/ann", "/users/bob", "/users/cy", "/slow/1", "/slow/2", "/nowhere"}
+    budget = one(found, "aiowheel.deadline.budget", http_route="/slow/{id}")
+    assert budget.count == 2 and budget.sum == pytest.approx(0.3, abs=0.01)  # 0.2 + 0.1
+    assert one(found, "aiowheel.deadline.budget", http_route="/users/{id}").count == 3
+    stopped = one(found, "aiowheel.deadline.stopped", http_route="/slow/{id}")
+    assert 0.3 - 1e-6 <= stopped.value < 0.3 + 2.0  # each stopped at its deadline, not after 5 s
+    assert "aiowheel.deadline.stopped" not in {
+        name
+        for name, ps in found.items()
+        for p in ps
+        if p.attributes.get("http.route") == "/users/{id}"
+    }
+
+
+def fastapi_gateway(downstream: httpx.AsyncBaseTransport) -> Any:
+    """A FastAPI app under DeadlineMiddleware(timeout=2): ``/items/{item_id}`` calls
+    ``downstream`` through DeadlineTransport; ``/starved/{item_id}`` calls it with 2 ms left."""
+    app = FastAPI()
+
+    async def call() -> int:
+        async with httpx.AsyncClient(
+            transport=DeadlineTransport(downstream), base_url="http://downstream"
+        ) as client:
+            return (await client.get("/")).status_code
+
+    @app.get("/items/{item_id}")
+    async def item(item_id: str) -> dict[str, int]:
+        return {"downstream": await call()}
+
+    @app.get("/starved/{item_id}")
+    async def starved(item_id: str) -> dict[str, int]:
+        set_deadline(0.004)  # 4 ms after arrival: under the 5 ms margin by the time it calls
+        await asyncio.sleep(0.001)
+        try:
+            return {"downstream": await call()}
+        except BudgetExhausted:  # (raised through FastAPI, it would be a 500: its error page)
+            return {"downstream": 0}
+
+    @app.get("/late/{item_id}")
+    async def late(item_id: str) -> dict[str, int]:
+        set_deadline(0.1)
+        await asyncio.sleep(SLOW)
+        return {"downstream": 0}
+
+    return DeadlineMiddleware(app, timeout=2)
+
+
+async def downstream_app(scope: Any, receive: Any, send: Any) -> None:
+    """A callee that answers 200 with the deadline header it was sent."""
+    told = dict(scope["headers"]).get(b"x-request-timeout", b"")
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": told})
+
+
+def test_asgi_routes_budget_sent_downstream_and_calls_refused(
+    reader: tuple[InMemoryMetricReader, MeterProvider],
+) -> None:
+    memory, provider = reader
+    app = fastapi_gateway(httpx.ASGITransport(downstream_app))
+
+    async def main() -> dict[str, list[Any]]:
+        instrumented = aiowheel.otel.instrument_deadlines(meter_provider=provider)
+        try:
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app), base_url="http://gateway"
+            ) as client:
+                for item in ("a", "b"):
+                    assert (await client.get(f"/items/{item}")).json() == {"downstream": 200}
+                assert (await client.get("/starved/c")).json() == {"downstream": 0}
+                assert (await client.get("/late/d")).status_code == 504
+        finally:
+            instrumented.close()
+        return points(memory)
+
+    found = asyncio.run(main())
+    met = one(found, "aiowheel.deadline.requests", http_route="/items/{item_id}")
+    assert met.value == 2 and met.attributes["aiowheel.hop"] == "asgi"
+    starved = one(found, "aiowheel.deadline.requests", http_route="/starved/{item_id}")
+    assert starved.value == 1 and starved.attributes["aiowheel.deadline.outcome"] == "met"
+    missed = one(found, "aiowheel.deadline.requests", http_route="/late/{item_id}")
+    assert missed.value == 1 and missed.attributes["aiowheel.deadline.outcome"] == "missed"
+    assert one(found, "aiowheel.deadline.budget", http_route="/late/{item_id}").sum == 2.0
+    sent = one(found, "aiowheel.deadline.budget_sent", http_route="/items/{item_id}")
+    assert sent.attributes["aiowheel.client"] == "httpx" and sent.count == 2
+    assert 2 * 1.9 < sent.sum <= 2 * (2 - 0.005)  # what was left, less the margin
+    refused = one(found, "aiowheel.deadline.refused", http_route="/starved/{item_id}")
+    assert refused.value == 1 and refused.attributes["aiowheel.client"] == "httpx"
+
+
+def test_the_request_s_span_carries_its_budget_and_the_deadline_s_firing() -> None:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = tracer_provider.get_tracer("test")
+    memory = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[memory])
+    app = fastapi_gateway(httpx.ASGITransport(downstream_app))
+
+    async def traced(scope: Any, receive: Any, send: Any) -> None:
+        # What OpenTelemetry's ASGI middleware does around the app: a server span, current.
+        with tracer.start_as_current_span(f"GET {scope['path']}", kind=trace.SpanKind.SERVER):
+            await app(scope, receive, send)
+
+    async def slow_app(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.sleep(SLOW)
+
+    slow = DeadlineMiddleware(slow_app, timeout=0.1)
+
+    async def traced_slow(scope: Any, receive: Any, send: Any) -> None:
+        with tracer.start_as_current_span("GET /slow", kind=trace.SpanKind.SERVER):
+            await slow(scope, receive, send)
+
+    async def main() -> None:
+        instrumented = aiowheel.otel.instrument_deadlines(meter_provider=provider)
+        try:
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(traced), base_url="http://gateway"
+            ) as client:
+                assert (await client.get("/items/a")).status_code == 200
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(traced_slow), base_url="http://gateway"
+            ) as client:
+                assert (await client.get("/slow")).status_code == 504
+        finally:
+            instrumented.close()
+
+    asyncio.run(main())
+    provider.shutdown()
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    met = spans["GET /items/a"]
+    assert met.attributes is not None
+    assert met.attributes["aiowheel.deadline.budget"] == pytest.approx(2.0)
+    assert met.attributes["aiowheel.deadline.fired"] is False
+    assert 1.9 < met.attributes["aiowheel.deadline.budget_sent"] <= 1.995  # the client's call
+    assert not met.events
+    missed = spans["GET /slow"]
+    assert missed.attributes is not None
+    assert missed.attributes["aiowheel.deadline.budget"] == pytest.approx(0.1)
+    assert missed.attributes["aiowheel.deadline.fired"] is True
+    (event,) = missed.events
+    assert event.name == "aiowheel.deadline.fired"
+    assert missed.start_time is not None and missed.end_time is not None
+    # At the deadline: 0.1 s after the span began (the loop's timer, never early), before it ended.
+    assert 0.1 - 0.005 <= (event.timestamp - missed.start_time) / 1e9 <= missed.end_time / 1e9
+    assert event.timestamp <= missed.end_time
+
+
+def test_purgatory_counts_are_read_from_its_stats(
+    reader: tuple[InMemoryMetricReader, MeterProvider],
+) -> None:
+    memory, provider = reader
+    purgatory = aiowheel.Purgatory()
+
+    async def main() -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+        instrumented = aiowheel.otel.instrument_deadlines(
+            purgatories={"orders": purgatory}, meter_provider=provider
+        )
+        try:
+            ready: dict[str, int] = {}
+            waits = [asyncio.ensure_future(purgatory.wait([k], lambda k=k: ready.get(k), 30))
+                     for k in ("a", "b", "c")]  # fmt: skip
+            with pytest.raises(TimeoutError):
+                await purgatory.wait(["late"], lambda: None, 0.01)
+            ready["a"] = 1
+            purgatory.signal("a")
+            waits[1].cancel()
+            await asyncio.sleep(0)
+            during = points(memory)
+            waits[2].cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+            return during, points(memory)
+        finally:
+            instrumented.close()
+
+    during, after = asyncio.run(main())
+    assert one(during, "aiowheel.purgatory.waiting", aiowheel_purgatory="orders").value == 1
+    outcomes = {
+        p.attributes["aiowheel.purgatory.outcome"]: p.value
+        for p in during["aiowheel.purgatory.operations"]
+    }
+    assert outcomes == {"completed": 1, "expired": 1, "cancelled": 1, "failed": 0}
+    assert one(after, "aiowheel.purgatory.waiting", aiowheel_purgatory="orders").value == 0
+    # No Redis signals on this purgatory: none of their instruments report it.
+    assert not after.get("aiowheel.purgatory.redis.sent")
+
+
+def test_twice_is_refused_and_bad_input_changes_nothing(
+    reader: tuple[InMemoryMetricReader, MeterProvider],
+) -> None:
+    _, provider = reader
+    with pytest.raises(
+        TypeError,
+        match=r"^instrument_deadlines\(\): purgatories\['x'\] must be an aiowheel\.Purgatory, "
+        r"got dict$",
+    ):
+        aiowheel.otel.instrument_deadlines(purgatories={"x": {}}, meter_provider=provider)  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match=r"names must be non-empty strings, got ''$"):
+        aiowheel.otel.instrument_deadlines(purgatories={"": aiowheel.Purgatory()})
+    with pytest.raises(
+        TypeError, match=r"^instrument_deadlines\(\): spans must be a bool, got int$"
+    ):
+        aiowheel.otel.instrument_deadlines(spans=1)  # type: ignore[arg-type]
+    assert SEEN.watcher is None  # nothing was set up
+    first = aiowheel.otel.instrument_deadlines(meter_provider=provider)
+    try:
+        with pytest.raises(RuntimeError, match=r"instrumented already; close\(\) the first"):
+            aiowheel.otel.instrument_deadlines(meter_provider=provider)
+        assert SEEN.watcher is not None
+    finally:
+        first.close()
+    assert SEEN.watcher is None
+    first.close()  # twice: nothing more
+    again = aiowheel.otel.instrument_deadlines(meter_provider=provider)
+    again.close()
+
+
+def test_without_the_otel_extra_the_error_names_it() -> None:
+    code = (
+        "import sys; sys.modules['opentelemetry'] = None\n"
+        "try:\n    import aiowheel.otel\n"
+        "except ImportError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert "pip install 'aiowheel[otel]'" in done.stdout, done
+
+
+def test_off_the_request_path_reports_nothing(
+    reader: tuple[InMemoryMetricReader, MeterProvider],
+) -> None:
+    memory, provider = reader
+    instrumented = aiowheel.otel.instrument_deadlines(meter_provider=provider)
+    instrumented.close()
+
+    async def main() -> None:
+        runner, url = await serve(aiohttp_app(0.2))
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                assert (await client.get("/users/x")).status_code == 200
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
+    assert not points(memory).get("aiowheel.deadline.requests")
+
+
+def test_served_metrics_scraped_over_http_count_met_and_missed() -> None:
+    # The operator's view: the SDK's Prometheus reader, the app's /metrics scraped over HTTP.
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    registry = CollectorRegistry()
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
+    purgatory = aiowheel.Purgatory()
+
+    async def main() -> str:
+        instrumented = aiowheel.otel.instrument_deadlines(
+            purgatories={"orders": purgatory}, meter_provider=provider
+        )
+        app = aiohttp_app(0.2)
+
+        async def scrape(request: web.Request) -> web.Response:
+            return web.Response(body=generate_latest(registry), content_type="text/plain")
+
+        app.router.add_get("/metrics", scrape)
+        runner, url = await serve(app)
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                for user in range(4):
+                    assert (await client.get(f"/users/{user}")).status_code == 200
+                missed = await asyncio.gather(*(client.get(f"/slow/{i}") for i in range(3)))
+                assert [r.status_code for r in missed] == [504] * 3
+                with pytest.raises(TimeoutError):
+                    await purgatory.wait(["k"], lambda: None, 0.01)
+                return (await client.get("/metrics")).text
+        finally:
+            await runner.cleanup()
+            instrumented.close()
+
+    text = asyncio.run(main())
+    provider.shutdown()
+    samples = {
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "otel_scope_name"
+                              and not k.startswith("otel_scope")))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }  # fmt: skip
+
+    def sample(name: str, **labels: str) -> float:
+        found = [
+            v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items()
+        ]
+        assert len(found) == 1, (name, labels, [k for k in samples if k[0] == name])
+        return found[0]
+
+    assert sample("aiowheel_deadline_requests_total", http_route="/users/{id}",
+                  aiowheel_deadline_outcome="met") == 4  # fmt: skip
+    assert sample("aiowheel_deadline_requests_total", http_route="/slow/{id}",
+                  aiowheel_deadline_outcome="missed") == 3  # fmt: skip
+    assert sample("aiowheel_deadline_budget_seconds_count", http_route="/slow/{id}") == 3
+    assert (
+        sample("aiowheel_deadline_budget_seconds_bucket", http_route="/slow/{id}", le="0.25") == 3
+    )
+    assert sample("aiowheel_deadline_budget_seconds_bucket", http_route="/slow/{id}", le="0.1") == 0
+    assert (
+        0.6 - 1e-6 <= sample("aiowheel_deadline_stopped_seconds_total", http_route="/slow/{id}") < 3
+    )
+    assert sample("aiowheel_purgatory_operations_total", aiowheel_purgatory="orders",
+                  aiowheel_purgatory_outcome="expired") == 1  # fmt: skip
+    assert sample("aiowheel_purgatory_waiting", aiowheel_purgatory="orders") == 0
+    assert "/users/0" not in text and "/slow/1" not in text  # never a raw path
