@@ -29,7 +29,8 @@ the route's template, never the raw path, and ``http.request.method``; for gRPC
 ``rpc.service`` and ``rpc.method``):
 
 - ``aiowheel.deadline.requests`` (counter): requests ended, by ``aiowheel.deadline.outcome``
-  (``met``; ``missed``: the deadline ended it) and ``aiowheel.deadline.source`` (``caller``:
+  (``met``; ``missed``: the deadline ended it; ``cancelled``: from outside first, the client
+  gone) and ``aiowheel.deadline.source`` (``caller``:
   the budget the caller sent set it; ``own``: the route's own deadline);
 - ``aiowheel.deadline.budget`` (histogram, seconds): the deadline a request arrived with;
 - ``aiowheel.deadline.stopped`` (counter, seconds): handler-seconds of the requests a deadline

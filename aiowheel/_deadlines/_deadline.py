@@ -483,7 +483,7 @@ class Deadlines:
         missed = _end(request, exc)
         watcher = SEEN.watcher
         if watcher is not None:
-            watcher.ended(request, missed)
+            watcher.ended(request, exc, missed)
         return missed
 
 

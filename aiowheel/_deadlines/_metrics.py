@@ -21,6 +21,7 @@ stats when the SDK collects (observable instruments): nothing per operation.
 from __future__ import annotations
 
 import time
+from asyncio import CancelledError
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, final
 
@@ -104,7 +105,8 @@ class _Recorder(Watcher):
         self._shapes: dict[tuple[str, ...], Attributes] = {}
         self._requests = meter.create_counter(
             "aiowheel.deadline.requests", unit="{request}",
-            description="requests that ended under a deadline, by outcome (met, missed)",
+            description="requests that ended under a deadline, by outcome (met, missed, "
+            "cancelled)",
         )  # fmt: skip
         self._budget = meter.create_histogram(
             "aiowheel.deadline.budget", unit="s",
@@ -136,12 +138,17 @@ class _Recorder(Watcher):
                 self._shapes[key] = found
         return found
 
-    def ended(self, request: Request, missed: bool) -> None:
-        """Count the request (met or missed), record its budget at arrival, and, if a
-        deadline ended it, its handler-seconds; annotate the current span."""
+    def ended(self, request: Request, exc: BaseException | None, missed: bool) -> None:
+        """Count the request (met, missed or cancelled), record its budget at arrival, and,
+        if a deadline ended it, its handler-seconds; annotate the current span."""
         where = _where(request.route)
         source = request.whose()
-        outcome = "missed" if missed else "met"
+        if missed:
+            outcome = "missed"
+        elif isinstance(exc, CancelledError):
+            outcome = "cancelled"  # from outside: the client went away, the server stopped
+        else:
+            outcome = "met"
         self._requests.add(
             1,
             self._shape(

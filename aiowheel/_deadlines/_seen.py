@@ -22,9 +22,10 @@ class Watcher:
 
     __slots__ = ()
 
-    def ended(self, request: Any, missed: bool) -> None:
-        """``request`` (a :class:`~aiowheel._deadlines._deadline.Request`) has ended:
-        ``missed`` if its deadline ended it (504, ``DEADLINE_EXCEEDED``), else it met it."""
+    def ended(self, request: Any, exc: BaseException | None, missed: bool) -> None:
+        """``request`` (a :class:`~aiowheel._deadlines._deadline.Request`) has ended, its
+        handler having raised ``exc`` (None: returned): ``missed`` if its deadline ended it
+        (504, ``DEADLINE_EXCEEDED``)."""
 
     def sent(self, client: str, seconds: float) -> None:
         """A ``client`` adapter (``httpx``, ``aiohttp``, ``grpc``) sent a call downstream with

@@ -107,6 +107,14 @@ def test_aiohttp_met_and_missed_counted_under_the_route_template(
                 slow = await client.get("/slow/2", headers={"x-request-timeout": "0.1"})
                 assert slow.status_code == 504
                 assert (await client.get("/nowhere")).status_code == 404
+                # The client gives up before the deadline: the server cancels the handler.
+                with pytest.raises(httpx.ReadTimeout):
+                    await client.get("/slow/3", timeout=0.05)
+                for _ in range(100):  # until the server has seen it (bounded)
+                    ended = points(memory).get("aiowheel.deadline.requests", [])
+                    if sum(p.value for p in ended) == 7:
+                        break
+                    await asyncio.sleep(0.02)
         finally:
             await runner.cleanup()
             instrumented.close()
@@ -119,8 +127,17 @@ def test_aiohttp_met_and_missed_counted_under_the_route_template(
     assert met.attributes["aiowheel.hop"] == "aiohttp"
     assert met.attributes["http.request.method"] == "GET"
     own = one(
-        found, "aiowheel.deadline.requests", http_route="/slow/{id}", aiowheel_deadline_source="own"
+        found,
+        "aiowheel.deadline.requests",
+        http_route="/slow/{id}",
+        aiowheel_deadline_source="own",
+        aiowheel_deadline_outcome="missed",
     )
+    gone = one(
+        found, "aiowheel.deadline.requests", http_route="/slow/{id}",
+        aiowheel_deadline_outcome="cancelled",
+    )  # fmt: skip
+    assert gone.value == 1
     caller = one(
         found,
         "aiowheel.deadline.requests",
@@ -140,7 +157,7 @@ def test_aiohttp_met_and_missed_counted_under_the_route_template(
     values = {v for ps in found.values() for p in ps for v in p.attributes.values()}
     assert not values & {"/users/ann", "/users/bob", "/users/cy", "/slow/1", "/slow/2", "/nowhere"}
     budget = one(found, "aiowheel.deadline.budget", http_route="/slow/{id}")
-    assert budget.count == 2 and budget.sum == pytest.approx(0.3, abs=0.01)  # 0.2 + 0.1
+    assert budget.count == 3 and budget.sum == pytest.approx(0.5, abs=0.01)  # 0.2 + 0.1 + 0.2
     assert one(found, "aiowheel.deadline.budget", http_route="/users/{id}").count == 3
     stopped = one(found, "aiowheel.deadline.stopped", http_route="/slow/{id}")
     assert 0.3 - 1e-6 <= stopped.value < 0.3 + 2.0  # each stopped at its deadline, not after 5 s
