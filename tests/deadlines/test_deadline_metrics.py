@@ -468,3 +468,63 @@ def test_served_metrics_scraped_over_http_count_met_and_missed() -> None:
                   aiowheel_purgatory_outcome="expired") == 1  # fmt: skip
     assert sample("aiowheel_purgatory_waiting", aiowheel_purgatory="orders") == 0
     assert "/users/0" not in text and "/slow/1" not in text  # never a raw path
+
+
+def test_redis_signals_sent_received_and_outages_are_read_from_their_stats(
+    reader: tuple[InMemoryMetricReader, MeterProvider],
+) -> None:
+    # A real redis-server (tests/support.py): two purgatories talking through it, and a third
+    # whose Redis is down (nothing listens on port 1).
+    from aiowheel.redis import RedisSignals
+    from tests.support import RedisServer, need_redis
+
+    memory, provider = reader
+    server = RedisServer(need_redis())
+    server.start()
+    try:
+
+        async def main() -> dict[str, list[Any]]:
+            a = aiowheel.Purgatory(signals=RedisSignals(server.url, channel="t63"))
+            b = aiowheel.Purgatory(signals=RedisSignals(server.url, channel="t63"))
+            down = aiowheel.Purgatory(signals=RedisSignals("redis://127.0.0.1:1/0", channel="t63"))
+            instrumented = aiowheel.otel.instrument_deadlines(
+                purgatories={"a": a, "b": b, "down": down}, meter_provider=provider
+            )
+            signals: list[Any] = [getattr(p, "_signals") for p in (a, b, down)]  # noqa: B009
+            try:
+                await asyncio.wait_for(signals[0].start(), 10)
+                await asyncio.wait_for(signals[1].start(), 10)
+                seen: dict[str, str] = {}
+                waiting = a.wait(["k"], lambda: seen.get("k"), 10)
+                seen["k"] = "v"  # the state the key names, shared in this one process
+                b.signal("k")  # through Redis to a, which re-checks and completes
+                assert await waiting == "v"
+                with pytest.raises(TimeoutError):
+                    await down.wait(["x"], lambda: None, 0.3)  # its subscriber fails meanwhile
+                deadline = asyncio.get_running_loop().time() + 10
+                while not signals[2].stats().connect_errors:
+                    assert asyncio.get_running_loop().time() < deadline
+                    await asyncio.sleep(0.05)
+                return points(memory)
+            finally:
+                instrumented.close()
+                for each in signals:
+                    await each.aclose()
+
+        found = asyncio.run(main())
+    finally:
+        server.kill()
+    assert one(found, "aiowheel.purgatory.redis.sent", aiowheel_purgatory="b").value >= 1
+    assert one(found, "aiowheel.purgatory.redis.received", aiowheel_purgatory="a").value >= 1
+    assert one(found, "aiowheel.purgatory.redis.connected", aiowheel_purgatory="a").value == 1
+    assert one(found, "aiowheel.purgatory.redis.connected", aiowheel_purgatory="down").value == 0
+    outage = one(
+        found, "aiowheel.purgatory.redis.errors", aiowheel_purgatory="down",
+        aiowheel_redis_operation="connect",
+    )  # fmt: skip
+    assert outage.value >= 1
+    completed = one(
+        found, "aiowheel.purgatory.operations", aiowheel_purgatory="a",
+        aiowheel_purgatory_outcome="completed",
+    )  # fmt: skip
+    assert completed.value == 1
