@@ -316,8 +316,11 @@ def metrics_cost(args: argparse.Namespace) -> dict[str, Any]:
                     started("propagated", output=subprocess.DEVNULL, root=Path(args.base))
                 )
             order = list(chains) if index % 2 == 0 else list(chains)[::-1]
-            per_request, _, not_ok = asyncio.run(bursts({n: chains[n] for n in order}, args))
+            per_request, per_hop, not_ok = asyncio.run(bursts({n: chains[n] for n in order}, args))
         figures = {f"{name}_cpu_us": statistics.median(v) for name, v in per_request.items()}
+        figures.update(
+            {f"{key}_us".replace(" ", "_"): statistics.median(v) for key, v in per_hop.items()}
+        )
         figures["on_over_off"] = statistics.median(
             [a / b for a, b in zip(per_request["on"], per_request["off"], strict=True)]
         )
@@ -345,6 +348,10 @@ DASHBOARD_PHASES = ((0.0, 0.05), (1 / 3, None), (2 / 3, 0.05))
 in three (the backend turns slow), then 50 ms again."""
 
 
+BUDGETS = (0.25, 0.5, 1.0, 2.0)
+"""The dashboard run's budgets, in ``--deadline`` s: four sizes, in turn."""
+
+
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """One hop's ``/metrics``, over HTTP as Prometheus scrapes it: every sample, by name and
     labels (the OpenTelemetry scope's left out)."""
@@ -364,10 +371,10 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 async def dashboard_load(chain: Chain, args: argparse.Namespace) -> dict[str, Any]:
-    """``--rate`` requests a second for ``--duration`` s through the instrumented chain, each
-    with a ``--deadline`` s budget (every fourth twice that: budgets of two sizes), the backend
-    slow in the middle third (:data:`DASHBOARD_PHASES`); every hop's metrics scraped once a
-    second meanwhile."""
+    """``--rate`` requests a second for ``--duration`` s through the instrumented chain, their
+    budgets ``--deadline`` s times each of :data:`BUDGETS` in turn, the backend slow in the
+    middle third (:data:`DASHBOARD_PHASES`); every hop's metrics scraped once a second
+    meanwhile."""
     url = f"{chain.url('gateway')}/work"
     series: list[dict[str, Any]] = []
     statuses: list[int] = []
@@ -386,7 +393,7 @@ async def dashboard_load(chain: Chain, args: argparse.Namespace) -> dict[str, An
     async with aiohttp.ClientSession(connector=connector) as session:
 
         async def one(index: int, work: float) -> None:
-            deadline = args.deadline * (2 if index % 4 == 3 else 1)
+            deadline = args.deadline * BUDGETS[index % len(BUDGETS)]
             headers = {"x-request-timeout": f"{deadline:g}"}
             try:
                 async with asyncio.timeout(deadline + GRACE):
@@ -436,8 +443,11 @@ def draw_dashboard(run: dict[str, Any], args: argparse.Namespace, path: Path) ->
                 buckets[le] = buckets.get(le, 0.0) + value
         edges = sorted(edge for edge in buckets if math.isfinite(edge))
         total = buckets.get(math.inf, 0.0) or 1.0
+        sums = [v for (n, _), v in run["final"][hop].items()
+                if n == "aiowheel_deadline_budget_seconds_sum"]  # fmt: skip
+        mean = sum(sums) / total
         budgets.step(edges, [buckets[e] / total for e in edges], where="post",
-                     label=hop, color=colours[hop])  # fmt: skip
+                     label=f"{hop} (mean {mean * 1e3:,.1f} ms)", color=colours[hop])  # fmt: skip
     budgets.set_xscale("log")
     budgets.set_xlabel("budget at arrival, s (histogram bucket upper bounds)")
     budgets.set_ylabel("share of requests at or under it")
@@ -476,7 +486,8 @@ def draw_dashboard(run: dict[str, Any], args: argparse.Namespace, path: Path) ->
     misses.grid(alpha=0.3)
     figure.suptitle(
         f"bench.chain --dashboard: {args.rate:g} req/s for {args.duration:g} s, budgets "
-        f"{args.deadline:g} s and {2 * args.deadline:g} s; scraped from each hop's /metrics"
+        f"{', '.join(f'{args.deadline * b:g}' for b in BUDGETS)} s in turn, the backend's "
+        f"query {args.work:g} s for one in three in the middle third; from each hop's /metrics"
     )
     figure.tight_layout()
     figure.savefig(path, dpi=110)

@@ -36,6 +36,7 @@ from .._purgatory._purgatory import Purgatory
 from .._seeing._otel import Instrumentation, instrument
 from ._deadline import Request, current
 from ._seen import SEEN, Watcher
+from ._settings import positive
 
 # The timers' instruments too (:mod:`aiowheel._seeing._otel`): aiowheel.otel's one room.
 __all__ = ["DeadlineInstrumentation", "Instrumentation", "instrument", "instrument_deadlines"]
@@ -92,55 +93,79 @@ def _attributes(where: tuple[str, ...]) -> Attributes:
     return found
 
 
+Key = tuple[str, ...]  # a point's bounded values: (hop, method or service, route or method, ...)
+
+
 @final
 class _Recorder(Watcher):
-    """The watcher :func:`instrument_deadlines` sets: records what the request path reports."""
+    """The watcher :func:`instrument_deadlines` sets: records what the request path reports.
+
+    The counts are kept here, a dict increment per request, and read by the SDK when it
+    collects (observable counters): an SDK counter's ``add`` costs tens of microseconds in
+    opentelemetry-sdk 1.45 (each call cleans and hashes its attributes), several times a
+    deadline's own bookkeeping. The two histograms are the SDK's own, fed a sample: at most
+    ``rate`` requests a second per hop and route (every one below that), so that their cost
+    per request falls as the load rises; their ``_count`` is the samples', the requests' is
+    ``aiowheel.deadline.requests``."""
 
     __slots__ = (
-        "_budget", "_refused", "_requests", "_sent", "_shapes", "_spans", "_stopped",
+        "_budget", "_closed", "_due", "_interval", "_refused", "_requests", "_sent", "_shapes",
+        "_spans", "_stopped",
     )  # fmt: skip
 
-    def __init__(self, meter: metrics.Meter, spans: bool) -> None:
+    def __init__(self, meter: metrics.Meter, spans: bool, rate: float | None) -> None:
         self._spans = spans
-        self._shapes: dict[tuple[str, ...], Attributes] = {}
-        self._requests = meter.create_counter(
-            "aiowheel.deadline.requests", unit="{request}",
+        self._closed = False  # then the counts are reported no more
+        self._interval = 0.0 if rate is None else 1.0 / rate
+        self._due: dict[Key, float] = {}  # when each key's histogram takes its next sample
+        self._shapes: dict[Key, Attributes] = {}
+        self._requests: dict[Key, int] = {}  # (*where, outcome, source): requests
+        self._stopped: dict[Key, float] = {}  # where: handler-seconds
+        self._refused: dict[Key, int] = {}  # (*where, client): calls
+        meter.create_observable_counter(
+            "aiowheel.deadline.requests", [self._observe_requests], unit="{request}",
             description="requests that ended under a deadline, by outcome (met, missed, "
             "cancelled)",
         )  # fmt: skip
         self._budget = meter.create_histogram(
             "aiowheel.deadline.budget", unit="s",
             description="the deadline a request arrived with (the caller's budget or the "
-            "route's own, whichever is shorter)",
+            "route's own, whichever is shorter); sampled",
             explicit_bucket_boundaries_advisory=BUCKETS,
         )  # fmt: skip
-        self._stopped = meter.create_counter(
-            "aiowheel.deadline.stopped", unit="s",
+        meter.create_observable_counter(
+            "aiowheel.deadline.stopped", [self._observe_stopped], unit="s",
             description="handler-seconds of the requests a deadline ended (arrival to end)",
         )  # fmt: skip
         self._sent = meter.create_histogram(
             "aiowheel.deadline.budget_sent", unit="s",
-            description="the budget a client adapter sent downstream with a call",
+            description="the budget a client adapter sent downstream with a call; sampled",
             explicit_bucket_boundaries_advisory=BUCKETS,
         )  # fmt: skip
-        self._refused = meter.create_counter(
-            "aiowheel.deadline.refused", unit="{call}",
+        meter.create_observable_counter(
+            "aiowheel.deadline.refused", [self._observe_refused], unit="{call}",
             description="calls a client adapter did not send: too little budget was left",
         )  # fmt: skip
 
-    def _shape(self, key: tuple[str, ...], extra: Mapping[str, str]) -> Attributes:
-        """The attributes of ``key`` (its first three values, :func:`_where`'s) with
-        ``extra``, made once."""
-        found = self._shapes.get(key)
-        if found is None:
-            found = {**_attributes(key[:3]), **extra}
-            if len(self._shapes) < _SHAPES:
-                self._shapes[key] = found
-        return found
+    # -- the request path ----------------------------------------------------------------------
+
+    def _sampled(self, key: Key) -> bool:
+        """Whether this request's value goes to its histogram (:attr:`_interval` apart per
+        key; always, with no rate)."""
+        interval = self._interval
+        if not interval:
+            return True
+        now = time.monotonic()
+        due = self._due
+        if now < due.get(key, 0.0):
+            return False
+        if len(due) < _SHAPES or key in due:
+            due[key] = now + interval
+        return True
 
     def ended(self, request: Request, exc: BaseException | None, missed: bool) -> None:
-        """Count the request (met, missed or cancelled), record its budget at arrival, and,
-        if a deadline ended it, its handler-seconds; annotate the current span."""
+        """Count the request (met, missed or cancelled), sample its budget at arrival, and,
+        if a deadline ended it, add its handler-seconds; annotate the current span."""
         where = _where(request.route)
         source = request.whose()
         if missed:
@@ -149,19 +174,17 @@ class _Recorder(Watcher):
             outcome = "cancelled"  # from outside: the client went away, the server stopped
         else:
             outcome = "met"
-        self._requests.add(
-            1,
-            self._shape(
-                (*where, outcome, source),
-                {"aiowheel.deadline.outcome": outcome, "aiowheel.deadline.source": source},
-            ),
-        )
+        key = (*where, outcome, source)
+        requests = self._requests
+        requests[key] = requests.get(key, 0) + 1
         budget = request.arrived - request.started
-        self._budget.record(budget, self._shape(where, {}))
+        if self._sampled(where):
+            self._budget.record(budget, self._shape(where))
         now = 0.0
         if missed:
             now = request.table.loop.time()
-            self._stopped.add(max(0.0, now - request.started), self._shape(where, {}))
+            stopped = self._stopped
+            stopped[where] = stopped.get(where, 0.0) + max(0.0, now - request.started)
         if self._spans:
             span = trace.get_current_span()
             if span.is_recording():
@@ -177,23 +200,18 @@ class _Recorder(Watcher):
                         timestamp=time.time_ns() - int(early * 1e9),
                     )
 
-    def _client(self, client: str) -> Attributes:
-        """The attributes of a call by ``client``: the client, and the hop and route of the
-        request it is made for, if any."""
+    @staticmethod
+    def _client(client: str) -> Key:
+        """The key of a call by ``client``: the hop and route of the request it is made for
+        (empty outside one), and the client."""
         request = current.get()
-        where = ("", "", "") if request is None else _where(request.route)
-        key = (*where, client)
-        found = self._shapes.get(key)
-        if found is None:
-            found = {} if request is None else _attributes(where)
-            found["aiowheel.client"] = client
-            if len(self._shapes) < _SHAPES:
-                self._shapes[key] = found
-        return found
+        return (*(_NOWHERE if request is None else _where(request.route)), client)
 
     def sent(self, client: str, seconds: float) -> None:
-        """Record the budget sent downstream (and put it on the current span: the client's)."""
-        self._sent.record(seconds, self._client(client))
+        """Sample the budget sent downstream (and put it on the current span: the client's)."""
+        key = self._client(client)
+        if self._sampled(key):
+            self._sent.record(seconds, self._shape(key))
         if self._spans:
             span = trace.get_current_span()
             if span.is_recording():
@@ -201,11 +219,53 @@ class _Recorder(Watcher):
 
     def refused(self, client: str) -> None:
         """Count a call refused for want of budget (an event on the current span)."""
-        self._refused.add(1, self._client(client))
+        key = self._client(client)
+        refused = self._refused
+        refused[key] = refused.get(key, 0) + 1
         if self._spans:
             span = trace.get_current_span()
             if span.is_recording():
                 span.add_event("aiowheel.deadline.refused", {"aiowheel.client": client})
+
+    # -- the SDK's collection ------------------------------------------------------------------
+
+    def _shape(self, key: Key) -> Attributes:
+        """The attributes of ``key``, made once: the hop's and route's (:func:`_where`'s
+        three values; none for a call outside a request), then, by the key's length, the
+        client (4), or the outcome and source (5)."""
+        found = self._shapes.get(key)
+        if found is None:
+            found = {} if key[:3] == _NOWHERE else _attributes(key[:3])
+            if len(key) == 4:
+                found["aiowheel.client"] = key[3]
+            elif len(key) == 5:
+                found["aiowheel.deadline.outcome"] = key[3]
+                found["aiowheel.deadline.source"] = key[4]
+            if len(self._shapes) < _SHAPES:
+                self._shapes[key] = found
+        return found
+
+    def _observe(self, counts: Mapping[Key, float]) -> list[metrics.Observation]:
+        if self._closed:
+            return []
+        found = list(counts.items())  # a copy: the loop's thread may add a key meanwhile
+        return [metrics.Observation(value, self._shape(key)) for key, value in found]
+
+    def close(self) -> None:
+        """Report nothing more."""
+        self._closed = True
+
+    def _observe_requests(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return self._observe(self._requests)
+
+    def _observe_stopped(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return self._observe(self._stopped)
+
+    def _observe_refused(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return self._observe(self._refused)
+
+
+_NOWHERE: Final = ("", "", "")  # a call made outside any request
 
 
 @final
@@ -216,11 +276,15 @@ class DeadlineInstrumentation:
     __slots__ = ("_closed", "_purgatories", "_recorder")
 
     def __init__(
-        self, meter: metrics.Meter, spans: bool, purgatories: dict[str, Purgatory]
+        self,
+        meter: metrics.Meter,
+        spans: bool,
+        rate: float | None,
+        purgatories: dict[str, Purgatory],
     ) -> None:
         self._closed = False
         self._purgatories = purgatories
-        self._recorder = _Recorder(meter, spans)
+        self._recorder = _Recorder(meter, spans, rate)
         if purgatories:
             self._observe_purgatories(meter)
         SEEN.watcher = self._recorder
@@ -305,6 +369,7 @@ class DeadlineInstrumentation:
         """Stop: the request path reports nothing more (its one check finds no watcher), the
         purgatories' instruments report nothing."""
         self._closed = True
+        self._recorder.close()
         if SEEN.watcher is self._recorder:
             SEEN.watcher = None
 
@@ -314,18 +379,26 @@ def instrument_deadlines(
     purgatories: Mapping[str, Purgatory] | None = None,
     meter_provider: Any = None,
     spans: bool = True,
+    samples_per_second: float | None = 50.0,
 ) -> DeadlineInstrumentation:
     """Report the request deadlines of every adapter in the process (ASGI, aiohttp, gRPC;
     the httpx, aiohttp and gRPC clients) and the ``purgatories`` (``{name: purgatory}``)
     through OpenTelemetry: the meter ``aiowheel`` of ``meter_provider`` (default: the global
     one); with ``spans`` (the default), the current span of a request or call gets its
-    attributes too. Once per process: RuntimeError while an earlier one is open.
+    attributes too. The histograms take at most ``samples_per_second`` samples a second per
+    hop and route (every request below that rate; None: every request); the counts are
+    exact. Once per process: RuntimeError while an earlier one is open.
 
     >>> aiowheel.otel.instrument_deadlines(purgatories={"orders": orders})
     """
     where = "instrument_deadlines()"
     if not isinstance(spans, bool):
         raise TypeError(f"{where}: spans must be a bool, got {type(spans).__name__}")
+    rate = (
+        None
+        if samples_per_second is None
+        else positive(where.removesuffix("()"), "samples_per_second", samples_per_second)
+    )
     checked: dict[str, Purgatory] = {}
     if purgatories is not None:
         if not isinstance(purgatories, Mapping):
@@ -350,4 +423,4 @@ def instrument_deadlines(
             "DeadlineInstrumentation to instrument them again"
         )
     meter = metrics.get_meter("aiowheel", meter_provider=meter_provider)
-    return DeadlineInstrumentation(meter, spans, checked)
+    return DeadlineInstrumentation(meter, spans, rate, checked)

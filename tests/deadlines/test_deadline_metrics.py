@@ -96,7 +96,9 @@ def test_aiohttp_met_and_missed_counted_under_the_route_template(
     memory, provider = reader
 
     async def main() -> dict[str, list[Any]]:
-        instrumented = aiowheel.otel.instrument_deadlines(meter_provider=provider)
+        instrumented = aiowheel.otel.instrument_deadlines(
+            meter_provider=provider, samples_per_second=None
+        )
         runner, url = await serve(aiohttp_app(0.2))
         try:
             async with httpx.AsyncClient(base_url=url, timeout=10) as client:
@@ -117,8 +119,9 @@ def test_aiohttp_met_and_missed_counted_under_the_route_template(
                     await asyncio.sleep(0.02)
         finally:
             await runner.cleanup()
+            found = points(memory)  # (closed, it reports nothing)
             instrumented.close()
-        return points(memory)
+        return found
 
     found = asyncio.run(main())
     met = one(found, "aiowheel.deadline.requests", http_route="/users/{id}")
@@ -216,7 +219,9 @@ def test_asgi_routes_budget_sent_downstream_and_calls_refused(
     app = fastapi_gateway(httpx.ASGITransport(downstream_app))
 
     async def main() -> dict[str, list[Any]]:
-        instrumented = aiowheel.otel.instrument_deadlines(meter_provider=provider)
+        instrumented = aiowheel.otel.instrument_deadlines(
+            meter_provider=provider, samples_per_second=None
+        )
         try:
             async with httpx.AsyncClient(
                 transport=httpx.ASGITransport(app), base_url="http://gateway"
@@ -226,8 +231,9 @@ def test_asgi_routes_budget_sent_downstream_and_calls_refused(
                 assert (await client.get("/starved/c")).json() == {"downstream": 0}
                 assert (await client.get("/late/d")).status_code == 504
         finally:
+            found = points(memory)  # (closed, it reports nothing)
             instrumented.close()
-        return points(memory)
+        return found
 
     found = asyncio.run(main())
     met = one(found, "aiowheel.deadline.requests", http_route="/items/{item_id}")
@@ -357,6 +363,10 @@ def test_twice_is_refused_and_bad_input_changes_nothing(
         TypeError, match=r"^instrument_deadlines\(\): spans must be a bool, got int$"
     ):
         aiowheel.otel.instrument_deadlines(spans=1)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"^instrument_deadlines\(\): samples_per_second must be .*, got 0$"
+    ):
+        aiowheel.otel.instrument_deadlines(samples_per_second=0)
     assert SEEN.watcher is None  # nothing was set up
     first = aiowheel.otel.instrument_deadlines(meter_provider=provider)
     try:
@@ -414,7 +424,7 @@ def test_served_metrics_scraped_over_http_count_met_and_missed() -> None:
 
     async def main() -> str:
         instrumented = aiowheel.otel.instrument_deadlines(
-            purgatories={"orders": purgatory}, meter_provider=provider
+            purgatories={"orders": purgatory}, meter_provider=provider, samples_per_second=None
         )
         app = aiohttp_app(0.2)
 
@@ -528,3 +538,35 @@ def test_redis_signals_sent_received_and_outages_are_read_from_their_stats(
         aiowheel_purgatory_outcome="completed",
     )  # fmt: skip
     assert completed.value == 1
+
+
+def test_the_histograms_take_a_bounded_sample_and_the_counts_every_request(
+    reader: tuple[InMemoryMetricReader, MeterProvider],
+) -> None:
+    memory, provider = reader
+
+    async def main() -> dict[str, list[Any]]:
+        instrumented = aiowheel.otel.instrument_deadlines(
+            meter_provider=provider, samples_per_second=2
+        )
+        runner, url = await serve(aiohttp_app(0.2))
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                loop = asyncio.get_running_loop()
+                start = loop.time()
+                for user in range(30):
+                    assert (await client.get(f"/users/{user}")).status_code == 200
+                took = loop.time() - start
+        finally:
+            await runner.cleanup()
+            found = points(memory)
+            instrumented.close()
+        found["took"] = [took]
+        return found
+
+    found = asyncio.run(main())
+    assert one(found, "aiowheel.deadline.requests", http_route="/users/{id}").value == 30
+    budget = one(found, "aiowheel.deadline.budget", http_route="/users/{id}")
+    # One sample each half second (the first at once): bounded by the time the 30 took.
+    assert 1 <= budget.count <= 1 + found["took"][0] * 2 + 1 < 30
+    assert budget.sum == pytest.approx(0.2 * budget.count)

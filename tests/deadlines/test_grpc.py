@@ -595,7 +595,9 @@ async def test_instrumented_methods_are_counted_by_service_and_method_and_budget
 
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    instrumented = aiowheel.otel.instrument_deadlines(meter_provider=provider)
+    instrumented = aiowheel.otel.instrument_deadlines(
+        meter_provider=provider, samples_per_second=None
+    )
     try:
         async with Server(DeadlineInterceptor(timeout=0.2)) as server:
             assert await server.unary()({"sleep": 0.01}) == {"ok": True}
