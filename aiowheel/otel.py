@@ -32,7 +32,8 @@ the route's template, never the raw path, and ``http.request.method``; for gRPC
   (``met``; ``missed``: the deadline ended it; ``cancelled``: from outside first, the client
   gone) and ``aiowheel.deadline.source`` (``caller``:
   the budget the caller sent set it; ``own``: the route's own deadline);
-- ``aiowheel.deadline.budget`` (histogram, seconds): the deadline a request arrived with;
+- ``aiowheel.deadline.budget`` (histogram, seconds): the deadline a request arrived with
+  (a sample: at most ``samples_per_second``, 50, per hop and route; the counts are exact);
 - ``aiowheel.deadline.stopped`` (counter, seconds): handler-seconds of the requests a deadline
   ended, from arrival to their end;
 - ``aiowheel.deadline.budget_sent`` (histogram, seconds) and ``aiowheel.deadline.refused``

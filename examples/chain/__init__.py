@@ -114,7 +114,6 @@ def serve_metrics(hop: str) -> None:
     port = os.environ.get(METRICS_PORT)
     if not port:
         return
-    from opentelemetry import metrics
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.resources import Resource
@@ -126,8 +125,9 @@ def serve_metrics(hop: str) -> None:
     provider = MeterProvider(
         resource=Resource({"service.name": hop}), metric_readers=[PrometheusMetricReader()]
     )
-    metrics.set_meter_provider(provider)
-    aiowheel.otel.instrument_deadlines()
+    # Not the global provider: FastAPI (0.165) records its own per-request metrics through the
+    # SDK once one is set, a cost of its own, which would blur what aiowheel's cost here.
+    aiowheel.otel.instrument_deadlines(meter_provider=provider)
 
 
 def run(main: Callable[[], Coroutine[Any, Any, None]], loop_mode: bool) -> None:
