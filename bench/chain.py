@@ -434,7 +434,7 @@ def draw_dashboard(run: dict[str, Any], args: argparse.Namespace, path: Path) ->
 
     hops = ("gateway", "service", "backend")
     colours = {"gateway": "tab:blue", "service": "tab:orange", "backend": "tab:green"}
-    figure, (budgets, misses) = plt.subplots(1, 2, figsize=(12, 4.5))
+    figure, (budgets, misses) = plt.subplots(1, 2, figsize=(12, 6))
     for hop in hops:
         buckets: dict[float, float] = {}
         for (name, labels), value in run["final"][hop].items():
@@ -465,10 +465,14 @@ def draw_dashboard(run: dict[str, Any], args: argparse.Namespace, path: Path) ->
 
     series = run["series"]
     for hop in hops:
-        times, missed, met = [], [], []
+        times, missed, met, cancelled = [], [], [], []
         for before, after in itertools.pairwise(series):
             span = after["t"] - before["t"]
             times.append(after["t"])
+            cancelled.append(
+                (count(after["hops"][hop], "cancelled") - count(before["hops"][hop], "cancelled"))
+                / span
+            )
             missed.append(
                 (count(after["hops"][hop], "missed") - count(before["hops"][hop], "missed")) / span
             )
@@ -477,17 +481,21 @@ def draw_dashboard(run: dict[str, Any], args: argparse.Namespace, path: Path) ->
             )
         misses.plot(times, missed, color=colours[hop], label=f"{hop} missed")
         misses.plot(times, met, color=colours[hop], linestyle=":", label=f"{hop} met")
+        misses.plot(times, cancelled, color=colours[hop], linestyle="-.", linewidth=0.8,
+                    label=f"{hop} cancelled (its caller gave up first)")  # fmt: skip
     third = args.duration / 3
     misses.axvspan(third, 2 * third, color="grey", alpha=0.12, label="backend slow")
     misses.set_xlabel("seconds into the run")
     misses.set_ylabel("requests / s")
     misses.set_title("rate(aiowheel_deadline_requests_total), by hop and outcome")
-    misses.legend(fontsize=7, ncol=2)
+    misses.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     misses.grid(alpha=0.3)
     figure.suptitle(
         f"bench.chain --dashboard: {args.rate:g} req/s for {args.duration:g} s, budgets "
-        f"{', '.join(f'{args.deadline * b:g}' for b in BUDGETS)} s in turn, the backend's "
-        f"query {args.work:g} s for one in three in the middle third; from each hop's /metrics"
+        f"{', '.join(f'{args.deadline * b:g}' for b in BUDGETS)} s in turn;\nthe backend's "
+        f"query {args.work:g} s for one request in three in the middle third; drawn from each "
+        "hop's /metrics, scraped once a second",
+        fontsize=10,
     )
     figure.tight_layout()
     figure.savefig(path, dpi=110)

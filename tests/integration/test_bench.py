@@ -420,3 +420,17 @@ def test_the_chain_bench_weighs_and_draws_the_deadlines_metrics(tmp_path: Path) 
     assert 200 in run["statuses"] and 504 in run["statuses"], run["statuses"]
     assert run["points"] >= 2  # the hops were scraped while the load ran
     assert (tmp_path / "chain-dashboard.png").stat().st_size > 10_000
+
+
+def test_the_deadline_metrics_bench_measures_off_on_and_every_request(tmp_path: Path) -> None:
+    from bench import deadline_metrics
+
+    argv = ["--requests", "300", "--rounds", "1", "--out", str(tmp_path)]
+    assert deadline_metrics.main(argv) == 0
+    document = json.loads((tmp_path / "deadline-metrics.json").read_text())
+    summary = document["summary"]
+    assert set(summary) == {"off", "on", "on_every_request", "client_sent_on"}
+    assert all(figures["median"] > 0 for figures in summary.values())
+    from aiowheel._deadlines._seen import SEEN
+
+    assert SEEN.watcher is None  # every instrumentation it made was closed
