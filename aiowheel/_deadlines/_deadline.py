@@ -415,6 +415,9 @@ class Deadlines:
         loop = table.loop
         now = loop.time()
         request = Request(table, task, now, now + seconds, cap, route)
+        watcher = SEEN.watcher
+        if watcher is not None:
+            watcher.started(request)
         table.unfiled.append(request)
         if not table.arming:
             table.arming = True

@@ -165,7 +165,8 @@ class _Recorder(Watcher):
 
     def ended(self, request: Request, exc: BaseException | None, missed: bool) -> None:
         """Count the request (met, missed or cancelled), sample its budget at arrival, and,
-        if a deadline ended it, add its handler-seconds; annotate the current span."""
+        if a deadline ended it, add its handler-seconds and mark its span (fired, and the
+        event at the deadline)."""
         where = _where(request.route)
         source = request.whose()
         if missed:
@@ -185,20 +186,28 @@ class _Recorder(Watcher):
             now = request.table.loop.time()
             stopped = self._stopped
             stopped[where] = stopped.get(where, 0.0) + max(0.0, now - request.started)
+        if missed and self._spans:
+            span = trace.get_current_span()
+            if span.is_recording():  # open: a deadline's answer comes after this
+                span.set_attribute("aiowheel.deadline.fired", True)
+                # When the deadline passed, on the wall clock (now, if the budget ran out
+                # before it: a BudgetExhausted from below).
+                early = max(0.0, now - request.deadline)
+                span.add_event(
+                    "aiowheel.deadline.fired",
+                    {"aiowheel.deadline.source": source},
+                    timestamp=time.time_ns() - int(early * 1e9),
+                )
+
+    def started(self, request: Request) -> None:
+        """The request's span (current in its task, if any) gets its budget at arrival, and
+        ``fired`` False until :meth:`ended` says otherwise: set now, because a server's
+        instrumentation may end the span with the response, before the request ends here."""
         if self._spans:
             span = trace.get_current_span()
             if span.is_recording():
-                span.set_attribute("aiowheel.deadline.budget", budget)
-                span.set_attribute("aiowheel.deadline.fired", missed)
-                if missed:
-                    # When the deadline passed, on the wall clock (now, if the budget ran out
-                    # before it: a BudgetExhausted from below).
-                    early = max(0.0, now - request.deadline)
-                    span.add_event(
-                        "aiowheel.deadline.fired",
-                        {"aiowheel.deadline.source": source},
-                        timestamp=time.time_ns() - int(early * 1e9),
-                    )
+                span.set_attribute("aiowheel.deadline.budget", request.arrived - request.started)
+                span.set_attribute("aiowheel.deadline.fired", False)
 
     @staticmethod
     def _client(client: str) -> Key:

@@ -22,6 +22,10 @@ class Watcher:
 
     __slots__ = ()
 
+    def started(self, request: Any) -> None:
+        """``request`` (a :class:`~aiowheel._deadlines._deadline.Request`) has started, in
+        its own task (its server span, if any, is current and still open)."""
+
     def ended(self, request: Any, exc: BaseException | None, missed: bool) -> None:
         """``request`` (a :class:`~aiowheel._deadlines._deadline.Request`) has ended, its
         handler having raised ``exc`` (None: returned): ``missed`` if its deadline ended it

@@ -570,3 +570,67 @@ def test_the_histograms_take_a_bounded_sample_and_the_counts_every_request(
     # One sample each half second (the first at once): bounded by the time the 30 took.
     assert 1 <= budget.count <= 1 + found["took"][0] * 2 + 1 < 30
     assert budget.sum == pytest.approx(0.2 * budget.count)
+
+
+def test_opentelemetry_s_own_asgi_and_httpx_instrumentation_carry_the_deadline() -> None:
+    # The spans OpenTelemetry's instrumentations make (opentelemetry-instrumentation-asgi
+    # outside DeadlineMiddleware, -httpx on the client whose transport is DeadlineTransport):
+    # the server span gets the budget and whether the deadline fired, the client span the
+    # budget it sent.
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    api = FastAPI()
+
+    @api.get("/items/{item_id}")
+    async def item(item_id: str) -> dict[str, int]:
+        async with httpx.AsyncClient(
+            transport=DeadlineTransport(httpx.ASGITransport(downstream_app)),
+            base_url="http://downstream",
+        ) as client:
+            HTTPXClientInstrumentor.instrument_client(client, tracer_provider=tracer_provider)
+            return {"downstream": (await client.get("/")).status_code}
+
+    @api.get("/late")
+    async def slow() -> dict[str, int]:
+        set_deadline(0.1)
+        await asyncio.sleep(SLOW)
+        return {}
+
+    app = OpenTelemetryMiddleware(
+        DeadlineMiddleware(api, timeout=2),
+        tracer_provider=tracer_provider,
+        exclude_spans=["receive", "send"],
+    )
+
+    async def main() -> None:
+        instrumented = aiowheel.otel.instrument_deadlines(meter_provider=provider)
+        try:
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app), base_url="http://gateway"
+            ) as client:
+                assert (await client.get("/items/a")).json() == {"downstream": 200}
+                assert (await client.get("/late")).status_code == 504
+        finally:
+            instrumented.close()
+
+    asyncio.run(main())
+    provider.shutdown()
+    spans = exporter.get_finished_spans()
+    servers = [s for s in spans if s.kind == trace.SpanKind.SERVER]
+    (client,) = [s for s in spans if s.kind == trace.SpanKind.CLIENT]
+    assert len(servers) == 2, [(s.name, s.attributes) for s in spans]
+    met, late = sorted(servers, key=lambda s: s.start_time or 0)
+    assert met.attributes is not None and late.attributes is not None
+    assert met.attributes["aiowheel.deadline.budget"] == pytest.approx(2.0)
+    assert met.attributes["aiowheel.deadline.fired"] is False
+    assert client.attributes is not None and client.parent is not None
+    assert client.parent.span_id == met.context.span_id  # the call made for that request
+    assert 1.9 < client.attributes["aiowheel.deadline.budget_sent"] <= 1.995
+    assert "aiowheel.deadline.budget_sent" not in met.attributes  # on the client's span
+    assert late.attributes["aiowheel.deadline.fired"] is True
+    assert [event.name for event in late.events] == ["aiowheel.deadline.fired"]
