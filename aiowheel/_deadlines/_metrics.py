@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from asyncio import CancelledError
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, final
 
 try:
@@ -109,13 +109,12 @@ class _Recorder(Watcher):
     ``aiowheel.deadline.requests``."""
 
     __slots__ = (
-        "_budget", "_closed", "_due", "_interval", "_refused", "_requests", "_sent", "_shapes",
-        "_spans", "_stopped",
+        "_budget", "_due", "_interval", "_refused", "_requests", "_sent", "_shapes", "_spans",
+        "_stopped",
     )  # fmt: skip
 
     def __init__(self, meter: metrics.Meter, spans: bool, rate: float | None) -> None:
         self._spans = spans
-        self._closed = False  # then the counts are reported no more
         self._interval = 0.0 if rate is None else 1.0 / rate
         self._due: dict[Key, float] = {}  # when each key's histogram takes its next sample
         self._shapes: dict[Key, Attributes] = {}
@@ -123,7 +122,8 @@ class _Recorder(Watcher):
         self._stopped: dict[Key, float] = {}  # where: handler-seconds
         self._refused: dict[Key, int] = {}  # (*where, client): calls
         meter.create_observable_counter(
-            "aiowheel.deadline.requests", [self._observe_requests], unit="{request}",
+            "aiowheel.deadline.requests", [_delegated(lambda i: i.counts("requests"))],
+            unit="{request}",
             description="requests that ended under a deadline, by outcome (met, missed, "
             "cancelled)",
         )  # fmt: skip
@@ -134,7 +134,7 @@ class _Recorder(Watcher):
             explicit_bucket_boundaries_advisory=BUCKETS,
         )  # fmt: skip
         meter.create_observable_counter(
-            "aiowheel.deadline.stopped", [self._observe_stopped], unit="s",
+            "aiowheel.deadline.stopped", [_delegated(lambda i: i.counts("stopped"))], unit="s",
             description="handler-seconds of the requests a deadline ended (arrival to end)",
         )  # fmt: skip
         self._sent = meter.create_histogram(
@@ -143,7 +143,8 @@ class _Recorder(Watcher):
             explicit_bucket_boundaries_advisory=BUCKETS,
         )  # fmt: skip
         meter.create_observable_counter(
-            "aiowheel.deadline.refused", [self._observe_refused], unit="{call}",
+            "aiowheel.deadline.refused", [_delegated(lambda i: i.counts("refused"))],
+            unit="{call}",
             description="calls a client adapter did not send: too little budget was left",
         )  # fmt: skip
 
@@ -254,24 +255,11 @@ class _Recorder(Watcher):
                 self._shapes[key] = found
         return found
 
-    def _observe(self, counts: Mapping[Key, float]) -> list[metrics.Observation]:
-        if self._closed:
-            return []
+    def observe(self, which: str) -> list[metrics.Observation]:
+        """The counts of ``which`` (``requests``, ``stopped``, ``refused``), as observations."""
+        counts: Mapping[Key, float] = getattr(self, f"_{which}")
         found = list(counts.items())  # a copy: the loop's thread may add a key meanwhile
         return [metrics.Observation(value, self._shape(key)) for key, value in found]
-
-    def close(self) -> None:
-        """Report nothing more."""
-        self._closed = True
-
-    def _observe_requests(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-        return self._observe(self._requests)
-
-    def _observe_stopped(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-        return self._observe(self._stopped)
-
-    def _observe_refused(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-        return self._observe(self._refused)
 
 
 _NOWHERE: Final = ("", "", "")  # a call made outside any request
@@ -296,46 +284,57 @@ class DeadlineInstrumentation:
         self._recorder = _Recorder(meter, spans, rate)
         if purgatories:
             self._observe_purgatories(meter)
+        _OPEN[:] = [self]
         SEEN.watcher = self._recorder
 
     def _observe_purgatories(self, meter: metrics.Meter) -> None:
         meter.create_observable_gauge(
-            "aiowheel.purgatory.waiting", [self._waiting], unit="{operation}",
+            "aiowheel.purgatory.waiting", [_delegated(DeadlineInstrumentation.waiting)],
+            unit="{operation}",
             description="operations waiting in the purgatory now",
         )  # fmt: skip
         meter.create_observable_counter(
-            "aiowheel.purgatory.operations", [self._operations], unit="{operation}",
+            "aiowheel.purgatory.operations", [_delegated(DeadlineInstrumentation.operations)],
+            unit="{operation}",
             description="operations ended, by outcome (completed, expired, cancelled, failed)",
         )  # fmt: skip
         meter.create_observable_counter(
-            "aiowheel.purgatory.redis.sent", [self._redis("sent")], unit="{key}",
+            "aiowheel.purgatory.redis.sent", [_delegated(lambda i: i.redis("sent"))], unit="{key}",
             description="keys signalled here and queued for Redis",
         )  # fmt: skip
         meter.create_observable_counter(
-            "aiowheel.purgatory.redis.received", [self._redis("received")], unit="{message}",
+            "aiowheel.purgatory.redis.received", [_delegated(lambda i: i.redis("received"))],
+            unit="{message}",
             description="messages of other processes received through Redis and applied",
         )  # fmt: skip
         meter.create_observable_counter(
-            "aiowheel.purgatory.redis.errors", [self._redis_errors], unit="{error}",
+            "aiowheel.purgatory.redis.errors", [_delegated(DeadlineInstrumentation.redis_errors)],
+            unit="{error}",
             description="failures talking to Redis, by operation (connect, publish)",
         )  # fmt: skip
         meter.create_observable_gauge(
-            "aiowheel.purgatory.redis.connected", [self._redis("connected")], unit="1",
+            "aiowheel.purgatory.redis.connected", [_delegated(lambda i: i.redis("connected"))],
+            unit="1",
             description="1 while a subscriber is subscribed to Redis, else 0",
         )  # fmt: skip
 
-    def _live(self) -> Iterable[tuple[str, Purgatory]]:
-        return () if self._closed else self._purgatories.items()
+    # -- read when the SDK collects, through _delegated ----------------------------------------
 
-    def _waiting(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+    def counts(self, which: str) -> list[metrics.Observation]:
+        """The request path's counts of ``which`` (``requests``, ``stopped``, ``refused``)."""
+        return self._recorder.observe(which)
+
+    def waiting(self) -> list[metrics.Observation]:
+        """Each purgatory's operations waiting now."""
         return [
             metrics.Observation(purgatory.stats().live, {"aiowheel.purgatory": name})
-            for name, purgatory in self._live()
+            for name, purgatory in self._purgatories.items()
         ]
 
-    def _operations(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+    def operations(self) -> list[metrics.Observation]:
+        """Each purgatory's operations ended, by outcome."""
         found = []
-        for name, purgatory in self._live():
+        for name, purgatory in self._purgatories.items():
             stats = purgatory.stats()
             for outcome in ("completed", "expired", "cancelled", "failed"):
                 found.append(
@@ -347,24 +346,24 @@ class DeadlineInstrumentation:
         return found
 
     def _signals_stats(self) -> Iterable[tuple[str, Any]]:
-        """Each purgatory with Redis signals, and its signals' stats."""
-        for name, purgatory in self._live():
+        """Each purgatory with Redis signals, and its signals' stats (read by name, so that a
+        field the signals no longer keep is left out, not an error)."""
+        for name, purgatory in self._purgatories.items():
             signals = getattr(purgatory, "_signals", None)
             stats = getattr(signals, "stats", None)
             if callable(stats):
                 yield name, stats()
 
-    def _redis(self, field: str) -> metrics.CallbackT:
-        def observe(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-            return [
-                metrics.Observation(int(getattr(stats, field)), {"aiowheel.purgatory": name})
-                for name, stats in self._signals_stats()
-                if hasattr(stats, field)
-            ]
+    def redis(self, field: str) -> list[metrics.Observation]:
+        """Each purgatory's Redis signals' ``field`` (``sent``, ``received``, ``connected``)."""
+        return [
+            metrics.Observation(int(getattr(stats, field)), {"aiowheel.purgatory": name})
+            for name, stats in self._signals_stats()
+            if hasattr(stats, field)
+        ]
 
-        return observe
-
-    def _redis_errors(self, _options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+    def redis_errors(self) -> list[metrics.Observation]:
+        """Each purgatory's failures talking to Redis, by operation."""
         found = []
         for name, stats in self._signals_stats():
             for operation in ("connect", "publish"):
@@ -376,11 +375,32 @@ class DeadlineInstrumentation:
 
     def close(self) -> None:
         """Stop: the request path reports nothing more (its one check finds no watcher), the
-        purgatories' instruments report nothing."""
+        instruments report nothing (until the next :func:`instrument_deadlines`)."""
+        if self._closed:
+            return
         self._closed = True
-        self._recorder.close()
+        if _OPEN and _OPEN[0] is self:
+            _OPEN.clear()
         if SEEN.watcher is self._recorder:
             SEEN.watcher = None
+
+
+_OPEN: Final[list[DeadlineInstrumentation]] = []  # the one open now, if any
+
+
+def _delegated(
+    read: Callable[[DeadlineInstrumentation], list[metrics.Observation]],
+) -> metrics.CallbackT:
+    """An observable instrument's callback reading the instrumentation open when the SDK
+    collects (nothing while none is). Not the one that made the instrument: asked for an
+    instrument of a name it has made, an SDK meter hands back the first, with its first
+    callbacks, so an instrumentation closed and made again on one provider reports through
+    the callbacks of the first."""
+
+    def observe(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return read(_OPEN[0]) if _OPEN else []
+
+    return observe
 
 
 def instrument_deadlines(

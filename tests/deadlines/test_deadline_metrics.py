@@ -381,6 +381,49 @@ def test_twice_is_refused_and_bad_input_changes_nothing(
     again.close()
 
 
+def test_made_again_on_the_same_provider_it_reports(
+    reader: tuple[InMemoryMetricReader, MeterProvider],
+) -> None:
+    # The SDK hands back the instruments it made first, with their first callbacks: what they
+    # read is whichever instrumentation is open when it collects.
+    memory, provider = reader
+    purgatory = aiowheel.Purgatory()
+
+    async def requests(count: int) -> None:
+        runner, url = await serve(aiohttp_app(0.2))
+        try:
+            async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                for user in range(count):
+                    assert (await client.get(f"/users/{user}")).status_code == 200
+        finally:
+            await runner.cleanup()
+
+    first = aiowheel.otel.instrument_deadlines(
+        meter_provider=provider, purgatories={"p": purgatory}
+    )
+    asyncio.run(requests(2))
+    assert one(points(memory), "aiowheel.deadline.requests", http_route="/users/{id}").value == 2
+    first.close()
+    asyncio.run(requests(1))
+    closed = points(memory)
+    assert not closed.get("aiowheel.deadline.requests") and not closed.get(
+        "aiowheel.purgatory.waiting"
+    )
+    second = aiowheel.otel.instrument_deadlines(
+        meter_provider=provider, purgatories={"q": purgatory}
+    )
+    try:
+        asyncio.run(requests(3))
+        found = points(memory)
+    finally:
+        second.close()
+    # A new instrumentation counts from zero (the first's counts went with it).
+    assert one(found, "aiowheel.deadline.requests", http_route="/users/{id}").value == 3
+    assert one(found, "aiowheel.purgatory.waiting", aiowheel_purgatory="q").value == 0
+    assert not [p for p in found["aiowheel.purgatory.waiting"] if p.attributes.get(
+        "aiowheel.purgatory") == "p"]  # fmt: skip
+
+
 def test_without_the_otel_extra_the_error_names_it() -> None:
     code = (
         "import sys; sys.modules['opentelemetry'] = None\n"
