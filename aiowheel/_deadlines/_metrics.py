@@ -9,10 +9,14 @@ route, its hop, when it arrived and with what deadline) and a purgatory's stats,
 :mod:`aiowheel._deadlines._seen`'s one attribute, which this module sets to a
 :class:`_Recorder` while instrumented (and to None again on :meth:`DeadlineInstrumentation.close`).
 
-What a request costs when instrumented: at its end, one counter increment and one histogram
-record (two more for a missed one), with attributes made once per (hop, route, method,
-outcome, source) and reused (:data:`_SHAPES` of them at most; past that they are made per
-request). A route is named by its template (``http.route``: FastAPI's matched route, aiohttp's
+What a request costs when instrumented: a dict increment at its end (two for a missed one)
+and, for one request in many, a histogram record (:class:`_Recorder` says why); the attributes
+are made once per (hop, route, method, outcome, source), when the SDK collects, and reused
+(:data:`_SHAPES` of them at most; past that they are made per collection). One loop per
+thread is fine (dicts are thread-safe), though two threads adding to one count at once may
+lose one, as any unlocked ``+=`` does.
+
+A route is named by its template (``http.route``: FastAPI's matched route, aiohttp's
 resource), never by the raw path; a request whose route is unknown (a 404, an ASGI app
 without FastAPI's routing) has no ``http.route``. The purgatories' counts are read from their
 stats when the SDK collects (observable instruments): nothing per operation.
@@ -423,6 +427,11 @@ def instrument_deadlines(
     where = "instrument_deadlines()"
     if not isinstance(spans, bool):
         raise TypeError(f"{where}: spans must be a bool, got {type(spans).__name__}")
+    if meter_provider is not None and not callable(getattr(meter_provider, "get_meter", None)):
+        raise TypeError(
+            f"{where}: meter_provider must be an OpenTelemetry MeterProvider or None, "
+            f"got {type(meter_provider).__name__}"
+        )
     rate = (
         None
         if samples_per_second is None

@@ -367,6 +367,12 @@ def test_twice_is_refused_and_bad_input_changes_nothing(
         ValueError, match=r"^instrument_deadlines\(\): samples_per_second must be .*, got 0$"
     ):
         aiowheel.otel.instrument_deadlines(samples_per_second=0)
+    with pytest.raises(
+        TypeError,
+        match=r"^instrument_deadlines\(\): meter_provider must be an OpenTelemetry "
+        r"MeterProvider or None, got str$",
+    ):
+        aiowheel.otel.instrument_deadlines(meter_provider="prometheus")
     assert SEEN.watcher is None  # nothing was set up
     first = aiowheel.otel.instrument_deadlines(meter_provider=provider)
     try:
