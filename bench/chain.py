@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -154,6 +155,29 @@ async def overload(chain: Chain, args: argparse.Namespace) -> dict[str, float]:
 async def cpu_bursts(chains: dict[str, Chain], args: argparse.Namespace) -> dict[str, float]:
     """CPU time of each chain's three processes per fast request, in bursts that alternate
     between the chains; the medians, and the median of the per-burst ratios."""
+    per_request, per_hop, not_ok = await bursts(chains, args)
+    ratios = [p / n for p, n in zip(per_request["propagated"], per_request["none"], strict=True)]
+    layers = [p / n for p, n in zip(per_request["layers"], per_request["none"], strict=True)]
+    over = [p / n for p, n in zip(per_request["propagated"], per_request["layers"], strict=True)]
+    return {
+        "none_cpu_us": statistics.median(per_request["none"]),
+        "propagated_cpu_us": statistics.median(per_request["propagated"]),
+        "layers_cpu_us": statistics.median(per_request["layers"]),
+        "ratio": statistics.median(ratios),
+        "layers_ratio": statistics.median(layers),  # the frameworks' layers alone
+        "over_layers_ratio": statistics.median(over),  # the adapters' own work
+        "not_ok": float(sum(not_ok.values())),
+        # Each process's share (us per request, the median burst): where a cost lies.
+        **{f"{key}_us".replace(" ", "_"): statistics.median(v) for key, v in per_hop.items()},
+    }
+
+
+async def bursts(
+    chains: dict[str, Chain], args: argparse.Namespace
+) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, int]]:
+    """``--bursts`` bursts of fast requests per chain, alternating between the chains (after
+    one burst each to warm up): each burst's CPU us per request, of the three processes and
+    of each ("name hop"), and how many answers were not 200."""
     cpu = {name: chain_cpu(chain) for name, chain in chains.items()}
     per_request: dict[str, list[float]] = {name: [] for name in chains}
     per_hop: dict[str, list[float]] = {}  # "none gateway": [us per request, per burst], ...
@@ -189,20 +213,7 @@ async def cpu_bursts(chains: dict[str, Chain], args: argparse.Namespace) -> dict
         for index in range(args.bursts):
             for name in names if index % 2 == 0 else names[::-1]:
                 per_request[name].append(await burst(name))
-    ratios = [p / n for p, n in zip(per_request["propagated"], per_request["none"], strict=True)]
-    layers = [p / n for p, n in zip(per_request["layers"], per_request["none"], strict=True)]
-    over = [p / n for p, n in zip(per_request["propagated"], per_request["layers"], strict=True)]
-    return {
-        "none_cpu_us": statistics.median(per_request["none"]),
-        "propagated_cpu_us": statistics.median(per_request["propagated"]),
-        "layers_cpu_us": statistics.median(per_request["layers"]),
-        "ratio": statistics.median(ratios),
-        "layers_ratio": statistics.median(layers),  # the frameworks' layers alone
-        "over_layers_ratio": statistics.median(over),  # the adapters' own work
-        "not_ok": float(sum(not_ok.values())),
-        # Each process's share (us per request, the median burst): where a cost lies.
-        **{f"{key}_us".replace(" ", "_"): statistics.median(v) for key, v in per_hop.items()},
-    }
+    return per_request, per_hop, not_ok
 
 
 def run_round(index: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
@@ -282,6 +293,215 @@ def table(raw: dict[str, list[dict[str, float]]], args: argparse.Namespace) -> l
     return rows
 
 
+def metrics_cost(args: argparse.Namespace) -> dict[str, Any]:
+    """``--metrics-cost``: the CPU per fast request of the propagated chain with its deadlines
+    instrumented (``on``: :func:`aiowheel.otel.instrument_deadlines` and the SDK's Prometheus
+    reader in each process, never scraped during the bursts) against without (``off``), and,
+    with ``--base DIR``, against the same chain run from another checkout's code (``base``:
+    the code before the instruments, so ``off`` against it is what their one check costs).
+    Per round, the chains run side by side and their bursts alternate; the figures are the
+    median burst of each round, the per-burst ratios' median, and over the rounds, medians
+    and the worst."""
+    rounds: list[dict[str, float]] = []
+    for index in range(args.rounds):
+        with contextlib.ExitStack() as stack:
+            chains = {
+                "off": stack.enter_context(started("propagated", output=subprocess.DEVNULL)),
+                "on": stack.enter_context(
+                    started("propagated", output=subprocess.DEVNULL, metrics=True)
+                ),
+            }
+            if args.base:
+                chains["base"] = stack.enter_context(
+                    started("propagated", output=subprocess.DEVNULL, root=Path(args.base))
+                )
+            order = list(chains) if index % 2 == 0 else list(chains)[::-1]
+            per_request, per_hop, not_ok = asyncio.run(bursts({n: chains[n] for n in order}, args))
+        figures = {f"{name}_cpu_us": statistics.median(v) for name, v in per_request.items()}
+        figures.update(
+            {f"{key}_us".replace(" ", "_"): statistics.median(v) for key, v in per_hop.items()}
+        )
+        figures["on_over_off"] = statistics.median(
+            [a / b for a, b in zip(per_request["on"], per_request["off"], strict=True)]
+        )
+        if args.base:
+            figures["off_over_base"] = statistics.median(
+                [a / b for a, b in zip(per_request["off"], per_request["base"], strict=True)]
+            )
+        figures["not_ok"] = float(sum(not_ok.values()))
+        rounds.append(figures)
+        shown = ", ".join(f"{k}={v:,.3f}" for k, v in figures.items())
+        print(f"round {index + 1}/{args.rounds}: {shown}", flush=True)
+    summary = {
+        key: {
+            "median": statistics.median(r[key] for r in rounds),
+            "min": min(r[key] for r in rounds),
+            "max": max(r[key] for r in rounds),
+        }
+        for key in rounds[0]
+    }
+    return {"rounds": rounds, "summary": summary}
+
+
+DASHBOARD_PHASES = ((0.0, 0.05), (1 / 3, None), (2 / 3, 0.05))
+"""The dashboard run's thirds: the backend's query 50 ms, then ``--work`` s for one request
+in three (the backend turns slow), then 50 ms again."""
+
+
+BUDGETS = (0.25, 0.5, 1.0, 2.0)
+"""The dashboard run's budgets, in ``--deadline`` s: four sizes, in turn."""
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """One hop's ``/metrics``, over HTTP as Prometheus scrapes it: every sample, by name and
+    labels (the OpenTelemetry scope's left out)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(
+            (k, v) for k, v in sample.labels.items() if not k.startswith("otel_scope")
+        ))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }  # fmt: skip
+
+
+async def dashboard_load(chain: Chain, args: argparse.Namespace) -> dict[str, Any]:
+    """``--rate`` requests a second for ``--duration`` s through the instrumented chain, their
+    budgets ``--deadline`` s times each of :data:`BUDGETS` in turn, the backend slow in the
+    middle third (:data:`DASHBOARD_PHASES`); every hop's metrics scraped once a second
+    meanwhile."""
+    url = f"{chain.url('gateway')}/work"
+    series: list[dict[str, Any]] = []
+    statuses: list[int] = []
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    start = time.monotonic()
+
+    async def scraper() -> None:
+        while True:
+            at = time.monotonic() - start
+            found = {
+                hop: await asyncio.to_thread(scrape, port) for hop, port in chain.metrics.items()
+            }
+            series.append({"t": at, "hops": found})
+            await asyncio.sleep(1.0)
+
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one(index: int, work: float) -> None:
+            deadline = args.deadline * BUDGETS[index % len(BUDGETS)]
+            headers = {"x-request-timeout": f"{deadline:g}"}
+            try:
+                async with asyncio.timeout(deadline + GRACE):
+                    async with session.get(
+                        f"{url}?seconds={work}&id=d{index}", headers=headers
+                    ) as r:
+                        await r.read()
+                        statuses.append(r.status)
+            except (TimeoutError, aiohttp.ClientError):
+                statuses.append(0)
+
+        watching = asyncio.create_task(scraper())
+        count = max(1, round(args.rate * args.duration))
+        tasks = []
+        for index in range(count):
+            at = index / args.rate
+            await asyncio.sleep(max(0.0, start + at - time.monotonic()))
+            phase = [w for since, w in DASHBOARD_PHASES if at >= since * args.duration][-1]
+            work = (args.work if index % 3 == 0 else 0.05) if phase is None else phase
+            tasks.append(asyncio.create_task(one(index, work)))
+        await asyncio.gather(*tasks)
+        await asyncio.sleep(1.5)  # the last scrapes see the last requests
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+    final = {hop: scrape(port) for hop, port in chain.metrics.items()}
+    return {"series": series, "final": final, "statuses": statuses}
+
+
+def draw_dashboard(run: dict[str, Any], args: argparse.Namespace, path: Path) -> None:
+    """The run as an operator's dashboard shows it, from the scraped metrics alone: the budget
+    requests arrive with at each hop (the histogram's cumulative buckets), and requests missed
+    and met per second at each hop over time (the counters' rates)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hops = ("gateway", "service", "backend")
+    colours = {"gateway": "tab:blue", "service": "tab:orange", "backend": "tab:green"}
+    figure, (budgets, misses) = plt.subplots(1, 2, figsize=(12, 6))
+    for hop in hops:
+        buckets: dict[float, float] = {}
+        for (name, labels), value in run["final"][hop].items():
+            if name == "aiowheel_deadline_budget_seconds_bucket":
+                le = float(dict(labels)["le"])
+                buckets[le] = buckets.get(le, 0.0) + value
+        edges = sorted(edge for edge in buckets if math.isfinite(edge))
+        total = buckets.get(math.inf, 0.0) or 1.0
+        sums = [v for (n, _), v in run["final"][hop].items()
+                if n == "aiowheel_deadline_budget_seconds_sum"]  # fmt: skip
+        mean = sum(sums) / total
+        budgets.step(edges, [buckets[e] / total for e in edges], where="post",
+                     label=f"{hop} (mean {mean * 1e3:,.1f} ms)", color=colours[hop])  # fmt: skip
+    budgets.set_xscale("log")
+    budgets.set_xlabel("budget at arrival, s (histogram bucket upper bounds)")
+    budgets.set_ylabel("share of requests at or under it")
+    budgets.set_title("aiowheel_deadline_budget_seconds, by aiowheel_hop")
+    budgets.legend()
+    budgets.grid(alpha=0.3)
+
+    def count(sample: dict[Any, float], outcome: str) -> float:
+        return sum(
+            value
+            for (name, labels), value in sample.items()
+            if name == "aiowheel_deadline_requests_total"
+            and dict(labels).get("aiowheel_deadline_outcome") == outcome
+        )
+
+    series = run["series"]
+    for hop in hops:
+        times, missed, met, cancelled = [], [], [], []
+        for before, after in itertools.pairwise(series):
+            span = after["t"] - before["t"]
+            times.append(after["t"])
+            cancelled.append(
+                (count(after["hops"][hop], "cancelled") - count(before["hops"][hop], "cancelled"))
+                / span
+            )
+            missed.append(
+                (count(after["hops"][hop], "missed") - count(before["hops"][hop], "missed")) / span
+            )
+            met.append(
+                (count(after["hops"][hop], "met") - count(before["hops"][hop], "met")) / span
+            )
+        misses.plot(times, missed, color=colours[hop], label=f"{hop} missed")
+        misses.plot(times, met, color=colours[hop], linestyle=":", label=f"{hop} met")
+        misses.plot(times, cancelled, color=colours[hop], linestyle="-.", linewidth=0.8,
+                    label=f"{hop} cancelled (its caller gave up first)")  # fmt: skip
+    third = args.duration / 3
+    misses.axvspan(third, 2 * third, color="grey", alpha=0.12, label="backend slow")
+    misses.set_xlabel("seconds into the run")
+    misses.set_ylabel("requests / s")
+    misses.set_title("rate(aiowheel_deadline_requests_total), by hop and outcome")
+    misses.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    misses.grid(alpha=0.3)
+    figure.suptitle(
+        f"bench.chain --dashboard: {args.rate:g} req/s for {args.duration:g} s, budgets "
+        f"{', '.join(f'{args.deadline * b:g}' for b in BUDGETS)} s in turn;\nthe backend's "
+        f"query {args.work:g} s for one request in three in the middle third; drawn from each "
+        "hop's /metrics, scraped once a second",
+        fontsize=10,
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.chain", description=__doc__)
     parser.add_argument("--rate", type=float, default=20.0, help="overload requests a second")
@@ -295,6 +515,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--loop-mode", action="store_true", help="each process on loop mode")
     parser.add_argument("--quick", action="store_true", help="1 round, small counts")
     parser.add_argument("--out", default="bench/results")
+    parser.add_argument(
+        "--metrics-cost", action="store_true",
+        help="CPU per request with the deadlines instrumented against without, instead",
+    )  # fmt: skip
+    parser.add_argument("--base", help="--metrics-cost: a checkout to compare 'off' against")
+    parser.add_argument(
+        "--dashboard", action="store_true",
+        help="a run through the instrumented chain, drawn from its metrics, instead",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.quick:
         args.rate, args.duration, args.work, args.fast, args.bursts, args.rounds = (
@@ -303,6 +532,23 @@ def main(argv: list[str]) -> int:
     counts = (args.fast, args.bursts, args.concurrency, args.rounds)
     if min(counts) < 1 or min(args.rate, args.duration, args.deadline) <= 0 or args.work < 0:
         parser.error("every count must be >= 1, --rate, --duration and --deadline > 0")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.metrics_cost:
+        cost = metrics_cost(args)
+        (out / "chain-metrics-cost.json").write_text(json.dumps(cost, indent=2))
+        print(json.dumps(cost["summary"], indent=2))
+        print(f"wrote {out / 'chain-metrics-cost.json'}")
+        return 1 if any(r["not_ok"] for r in cost["rounds"]) else 0
+    if args.dashboard:
+        with started("propagated", args.loop_mode, output=subprocess.DEVNULL, metrics=True) as c:
+            run = asyncio.run(dashboard_load(c, args))
+        (out / "chain-dashboard.json").write_text(json.dumps(
+            {"args": vars(args), "statuses": run["statuses"], "points": len(run["series"])}
+        ))  # fmt: skip
+        draw_dashboard(run, args, out / "chain-dashboard.png")
+        print(f"wrote {out / 'chain-dashboard.png'}")
+        return 0
     raw: dict[str, list[dict[str, float]]] = {}
     for index in range(args.rounds):
         for name, figures in run_round(index, args).items():
@@ -311,8 +557,6 @@ def main(argv: list[str]) -> int:
             print(f"round {index + 1}/{args.rounds} {name}: {shown}", flush=True)
     print()
     print("\n".join(table(raw, args)))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     document = {"python": sys.version.split()[0], "args": vars(args), "raw": raw}
     (out / "chain.json").write_text(json.dumps(document, indent=2))
     print(f"\nwrote {out / 'chain.json'}")

@@ -11,8 +11,9 @@ from typing import Any, Final
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse, web
 
 from .._loopmode._default import timeout as _timeout
-from . import _propagate
+from . import _propagate, _seen
 from ._deadline import ENDED_HEADER, BudgetExhausted, Deadlines, current
+from ._seen import SEEN
 from ._settings import DEFAULT_BODY, Body, Expired, Settings
 
 __all__ = ["deadline_middleware", "propagate_deadline"]
@@ -124,9 +125,15 @@ def propagate_deadline(
     name, form, seconds = settings.header, settings.form, settings.margin
 
     async def deadline_propagated(req: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
-        found = _propagate.outgoing_budget(seconds)  # BudgetExhausted: nothing is sent
+        try:
+            found = _propagate.outgoing_budget(seconds)  # BudgetExhausted: nothing is sent
+        except BudgetExhausted:
+            _seen.refused("aiohttp")
+            raise
         if found is None:
             return await handler(req)
+        if SEEN.watcher is not None:
+            _seen.sent("aiohttp", found.callee)
         headers = req.headers
         headers[name] = _propagate.outgoing_header(found.callee, form, headers.getall(name, ()))
         if found.guarded:  # the deadline cancels this task: the request ends with it

@@ -33,6 +33,7 @@ from .._loopmode._default import get_timer
 from .._seeing._census import deadline_sources
 from .._time._tasks import current_task
 from .._time._threads import FORKS
+from ._seen import SEEN
 
 __all__ = [
     "END_WINDOW",
@@ -82,8 +83,8 @@ class Request:
     """One request's deadline: the task it guards, where it is filed, what bounds moving it."""
 
     __slots__ = (
-        "cancelling", "cap", "deadline", "ended", "expired", "route", "soon", "started", "stops",
-        "table", "task", "tick", "unfiled",
+        "arrived", "cancelling", "cap", "deadline", "ended", "expired", "route", "soon", "started",
+        "stops", "table", "task", "tick", "unfiled",
     )  # fmt: skip
 
     def __init__(
@@ -101,6 +102,7 @@ class Request:
         self.cancelling = task.cancelling()  # asyncio.timeout's accounting, see Deadlines.end
         self.started = started
         self.deadline = deadline
+        self.arrived = deadline  # the deadline it arrived with (set_deadline moves `deadline`)
         self.cap = cap  # the inbound header's limit, in seconds from `started`
         self.expired = False
         self.ended = False
@@ -413,6 +415,9 @@ class Deadlines:
         loop = table.loop
         now = loop.time()
         request = Request(table, task, now, now + seconds, cap, route)
+        watcher = SEEN.watcher
+        if watcher is not None:
+            watcher.started(request)
         table.unfiled.append(request)
         if not table.arming:
             table.arming = True
@@ -476,35 +481,45 @@ class Deadlines:
 
     @staticmethod
     def end(request: Request, exc: BaseException | None) -> bool:
-        """The request's app returned (``exc`` None) or raised ``exc``: its deadline is
-        disarmed; True if the deadline ended it (then the middleware answers or cuts off),
-        False if ``exc`` must propagate as it is.
+        """:func:`_end` (whose docstring says what it does), reported to the watcher if one is
+        set (:mod:`aiowheel._deadlines._seen`)."""
+        missed = _end(request, exc)
+        watcher = SEEN.watcher
+        if watcher is not None:
+            watcher.ended(request, exc, missed)
+        return missed
 
-        asyncio.timeout's accounting, as :class:`aiowheel.Timeout` keeps it: once expired,
-        the task's cancellation is withdrawn (``uncancel``), and a ``CancelledError`` is the
-        deadline's only if no other cancellation is pending (an outside ``task.cancel()`` is
-        never swallowed). Any ``Exception`` raised once the deadline has expired, or within
-        :data:`END_WINDOW` of it, is the deadline's too (one event, whoever noticed it
-        first). After :meth:`finish` (a complete response) nothing is the deadline's: what
-        the app raised then propagates as it is."""
-        if request.ended:  # finished: its response completed in time
-            return False
-        Deadlines.disarm(request)
-        if not request.expired:
-            if isinstance(exc, BudgetExhausted):
-                return True
-            # One event (END_WINDOW): a failure at the deadline's instant is the deadline's,
-            # whichever timer noticed first (one set from the budget, the database's own).
-            return (
-                isinstance(exc, Exception)
-                and request.deadline - request.table.loop.time() <= END_WINDOW
-            )
-        remaining = request.task.uncancel()
-        if exc is None or isinstance(exc, Exception):
-            # Swallowed its cancellation, gave up on its own, or failed on the way out (a
-            # driver's error from the query the cancellation stopped): the deadline's.
+
+def _end(request: Request, exc: BaseException | None) -> bool:
+    """The request's app returned (``exc`` None) or raised ``exc``: its deadline is
+    disarmed; True if the deadline ended it (then the middleware answers or cuts off),
+    False if ``exc`` must propagate as it is.
+
+    asyncio.timeout's accounting, as :class:`aiowheel.Timeout` keeps it: once expired,
+    the task's cancellation is withdrawn (``uncancel``), and a ``CancelledError`` is the
+    deadline's only if no other cancellation is pending (an outside ``task.cancel()`` is
+    never swallowed). Any ``Exception`` raised once the deadline has expired, or within
+    :data:`END_WINDOW` of it, is the deadline's too (one event, whoever noticed it
+    first). After :meth:`finish` (a complete response) nothing is the deadline's: what
+    the app raised then propagates as it is."""
+    if request.ended:  # finished: its response completed in time
+        return False
+    Deadlines.disarm(request)
+    if not request.expired:
+        if isinstance(exc, BudgetExhausted):
             return True
-        return isinstance(exc, asyncio.CancelledError) and remaining <= request.cancelling
+        # One event (END_WINDOW): a failure at the deadline's instant is the deadline's,
+        # whichever timer noticed first (one set from the budget, the database's own).
+        return (
+            isinstance(exc, Exception)
+            and request.deadline - request.table.loop.time() <= END_WINDOW
+        )
+    remaining = request.task.uncancel()
+    if exc is None or isinstance(exc, Exception):
+        # Swallowed its cancellation, gave up on its own, or failed on the way out (a
+        # driver's error from the query the cancellation stopped): the deadline's.
+        return True
+    return isinstance(exc, asyncio.CancelledError) and remaining <= request.cancelling
 
 
 current: Final[contextvars.ContextVar[Request | None]] = contextvars.ContextVar(

@@ -15,8 +15,10 @@ import grpc
 from grpc import aio
 from grpc.aio import _base_call
 
+from . import _seen
 from ._budget import DEFAULT_MARGIN, outgoing
 from ._deadline import END_WINDOW, ENDED_HEADER, BudgetExhausted, Deadlines, Request, current
+from ._seen import SEEN
 from ._settings import Settings, nonnegative
 
 __all__ = ["DeadlineInterceptor", "PropagateDeadline"]  # and BudgetExhausted, asgi's, imported
@@ -243,13 +245,21 @@ class PropagateDeadline(
     def _details(self, details: aio.ClientCallDetails) -> aio.ClientCallDetails | None:
         """``details`` with the budget as its timeout, or None if the call keeps its own (it
         is shorter, or nothing bounds the caller)."""
-        left = outgoing(self.margin, "PropagateDeadline()")
+        try:
+            left = outgoing(self.margin, "PropagateDeadline()")
+        except BudgetExhausted:
+            _seen.refused("grpc")
+            raise
         if left is None:
             return None
         left = _representable(left)
         own = details.timeout
         if own is not None and own <= left:
+            if SEEN.watcher is not None:
+                _seen.sent("grpc", own)
             return None
+        if SEEN.watcher is not None:
+            _seen.sent("grpc", left)
         changed: aio.ClientCallDetails = details._replace(timeout=left)  # type: ignore[attr-defined]
         return changed
 

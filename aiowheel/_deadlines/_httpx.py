@@ -10,9 +10,10 @@ from typing import Final, final
 
 import httpx
 
-from . import _propagate
+from . import _propagate, _seen
 from ._asgi import BudgetExhausted
 from ._deadline import ENDED_HEADER
+from ._seen import SEEN
 
 __all__ = ["DeadlineTransport"]
 
@@ -60,9 +61,15 @@ class DeadlineTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the wrapped transport with the deadline passed on."""
         settings = self._settings
-        found = _propagate.outgoing_budget(settings.margin)  # BudgetExhausted: nothing is sent
+        try:
+            found = _propagate.outgoing_budget(settings.margin)  # BudgetExhausted: not sent
+        except BudgetExhausted:
+            _seen.refused("httpx")
+            raise
         if found is None:
             return await self.transport.handle_async_request(request)
+        if SEEN.watcher is not None:
+            _seen.sent("httpx", found.callee)
         name = settings.header
         headers = request.headers
         headers[name] = _propagate.outgoing_header(

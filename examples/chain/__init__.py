@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -99,6 +100,34 @@ def budget_seen(mode: str) -> float | None:
     or the hop's own ``asyncio.timeout`` in stock mode; None in ``none`` mode). Read in every
     mode, so that what it costs is no part of a mode's cost."""
     return aiowheel.time_left()
+
+
+METRICS_PORT = "CHAIN_METRICS_PORT"
+"""The environment variable naming the port a hop serves its metrics on (none: no metrics)."""
+
+
+def serve_metrics(hop: str) -> None:
+    """With ``CHAIN_METRICS_PORT`` set: this process's deadlines instrumented
+    (:func:`aiowheel.otel.instrument_deadlines`) and served as an operator's Prometheus scrapes
+    them, the SDK's Prometheus reader on ``http://127.0.0.1:PORT/metrics`` (``service.name``:
+    ``hop``). Without it, nothing: the deadlines are not instrumented."""
+    port = os.environ.get(METRICS_PORT)
+    if not port:
+        return
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+    from prometheus_client import start_http_server
+
+    import aiowheel.otel
+
+    start_http_server(int(port), addr="127.0.0.1")
+    provider = MeterProvider(
+        resource=Resource({"service.name": hop}), metric_readers=[PrometheusMetricReader()]
+    )
+    # Not the global provider: FastAPI (0.165) records its own per-request metrics through the
+    # SDK once one is set, a cost of its own, which would blur what aiowheel's cost here.
+    aiowheel.otel.instrument_deadlines(meter_provider=provider)
 
 
 def run(main: Callable[[], Coroutine[Any, Any, None]], loop_mode: bool) -> None:

@@ -37,6 +37,7 @@ from examples.chain import (
     Records,
     budget_seen,
     run,
+    serve_metrics,
     until_signalled,
 )
 
@@ -148,6 +149,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mode", choices=MODES, default="propagated")
     parser.add_argument("--loop-mode", action="store_true", help="run on aiowheel's loop mode")
     args = parser.parse_args(argv)
+    serve_metrics("backend")
     run(lambda: serve(args.port, args.mode), args.loop_mode)
     return 0
 

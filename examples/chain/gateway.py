@@ -35,7 +35,15 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from examples.chain import HEADER, MODES, STOCK_TIMEOUTS, TIMEOUT, Records, budget_seen
+from examples.chain import (
+    HEADER,
+    MODES,
+    STOCK_TIMEOUTS,
+    TIMEOUT,
+    Records,
+    budget_seen,
+    serve_metrics,
+)
 
 
 def make_app() -> FastAPI:
@@ -45,6 +53,7 @@ def make_app() -> FastAPI:
     if mode not in MODES:
         raise SystemExit(f"CHAIN_MODE must be one of {', '.join(MODES)}, got {mode!r}")
     service = os.environ.get("CHAIN_SERVICE", "http://127.0.0.1:8081")
+    serve_metrics("gateway")
     return build_app(service, mode)
 
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from examples.chain import MODES
+from examples.chain import METRICS_PORT, MODES
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -41,9 +41,23 @@ def free_port() -> int:
 
 
 def commands(
-    ports: dict[str, int], mode: str, loop_mode: bool, python: str = sys.executable
+    ports: dict[str, int],
+    mode: str,
+    loop_mode: bool,
+    python: str = sys.executable,
+    metrics: dict[str, int] | None = None,
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """Each service's command line and extra environment, backend first."""
+    """Each service's command line and extra environment, backend first; with ``metrics``
+    (a port per service), each serves its deadlines' metrics there (``/metrics``)."""
+    found = _commands(ports, mode, loop_mode, python)
+    for name, port in (metrics or {}).items():
+        found[name][1][METRICS_PORT] = str(port)
+    return found
+
+
+def _commands(
+    ports: dict[str, int], mode: str, loop_mode: bool, python: str
+) -> dict[str, tuple[list[str], dict[str, str]]]:
     flag = ["--loop-mode"] if loop_mode else []
     loop = "aiowheel.loops:asyncio_loop" if loop_mode else "asyncio"
     return {
@@ -72,6 +86,8 @@ class Chain:
 
     ports: dict[str, int]
     processes: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    metrics: dict[str, int] = field(default_factory=dict)
+    """Each service's metrics port (``http://127.0.0.1:PORT/metrics``), when served."""
 
     def url(self, name: str) -> str:
         """The base URL of ``gateway`` or ``service``."""
@@ -96,23 +112,32 @@ def started(
     gateway_port: int | None = None,
     output: int | None = subprocess.PIPE,
     ready_within: float = 60.0,
+    metrics: bool = False,
+    root: Path = ROOT,
 ) -> Iterator[Chain]:
     """Start the three, each from its own command line, and wait until each answers;
     SIGTERM them at the end (SIGKILL if one has not stopped within 30 s). With ``output``
     PIPE (the default) each process's output is kept as ``process.output`` at the end; None
-    leaves it on this process's stdout and stderr; DEVNULL drops it."""
+    leaves it on this process's stdout and stderr; DEVNULL drops it. With ``metrics``, each
+    process's deadlines are instrumented and served for Prometheus (``chain.metrics``).
+    ``root``: the checkout the three run from (another one's aiowheel: a bench's baseline)."""
     ports = {
         "backend": free_port(),
         "service": free_port(),
         "gateway": gateway_port or free_port(),
     }
     chain = Chain(ports)
+    if metrics:
+        chain.metrics = {name: free_port() for name in ports}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop(METRICS_PORT, None)
     try:
-        for name, (command, extra) in commands(ports, mode, loop_mode).items():
+        for name, (command, extra) in commands(
+            ports, mode, loop_mode, metrics=chain.metrics
+        ).items():
             chain.processes[name] = subprocess.Popen(
                 command,
-                cwd=ROOT,
+                cwd=root,
                 env={**env, **extra},
                 stdout=output,
                 stderr=None if output is None else subprocess.STDOUT,

@@ -43,6 +43,7 @@ from examples.chain import (
     Records,
     budget_seen,
     run,
+    serve_metrics,
     until_signalled,
 )
 from examples.chain.backend import dumps, loads
@@ -190,6 +191,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mode", choices=MODES, default="propagated")
     parser.add_argument("--loop-mode", action="store_true", help="run on aiowheel's loop mode")
     args = parser.parse_args(argv)
+    serve_metrics("service")
     run(lambda: serve(args.port, args.backend, args.mode), args.loop_mode)
     return 0
 

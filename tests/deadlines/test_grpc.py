@@ -583,3 +583,55 @@ def test_bad_arguments_are_refused_naming_the_problem(
     with pytest.raises(error) as caught:
         make()
     assert words in str(caught.value)
+
+
+@ON_ASYNCIO
+async def test_instrumented_methods_are_counted_by_service_and_method_and_budgets_seen() -> None:
+    # aiowheel.otel.instrument_deadlines (issue 63): rpc.service / rpc.method, never more.
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    import aiowheel.otel
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    instrumented = aiowheel.otel.instrument_deadlines(
+        meter_provider=provider, samples_per_second=None
+    )
+    try:
+        async with Server(DeadlineInterceptor(timeout=0.2)) as server:
+            assert await server.unary()({"sleep": 0.01}) == {"ok": True}
+            with pytest.raises(aio.AioRpcError) as caught:
+                await server.unary("Slow")({"sleep": 5})
+            assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            async with asyncio.timeout(1):  # a budget: sent as the call's deadline
+                assert await server.unary()({"sleep": 0.01}) == {"ok": True}
+            with pytest.raises(BudgetExhausted):
+                async with asyncio.timeout(0.003):  # under the 5 ms margin: never sent
+                    await server.unary()({"sleep": 0.01})
+        data = reader.get_metrics_data()
+    finally:
+        instrumented.close()
+        provider.shutdown()
+    found: dict[str, list[Any]] = {}
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                found.setdefault(metric.name, []).extend(metric.data.data_points)
+    requests = {
+        (p.attributes["rpc.method"], p.attributes["aiowheel.deadline.outcome"]): p.value
+        for p in found["aiowheel.deadline.requests"]
+    }
+    assert requests == {("Unary", "met"): 2, ("Slow", "missed"): 1}
+    for point in found["aiowheel.deadline.requests"]:
+        assert point.attributes["rpc.service"] == "test.Work"
+        assert point.attributes["aiowheel.hop"] == "grpc"
+        assert "http.route" not in point.attributes
+    (sent,) = found["aiowheel.deadline.budget_sent"]
+    assert sent.attributes == {"aiowheel.client": "grpc"} and sent.count == 1
+    assert 0.9 < sent.sum < 1.0  # what was left, less the margin, lowered for gRPC's rounding
+    (refused,) = found["aiowheel.deadline.refused"]
+    assert refused.value == 1 and refused.attributes == {"aiowheel.client": "grpc"}
+    budgets = {p.attributes["rpc.method"]: p for p in found["aiowheel.deadline.budget"]}
+    assert budgets["Slow"].sum == pytest.approx(0.2) and budgets["Unary"].count == 2
+    assert budgets["Unary"].sum == pytest.approx(0.4)  # the method's own 0.2 s, twice

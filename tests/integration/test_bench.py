@@ -395,3 +395,42 @@ def test_the_database_bench_stops_every_query_it_should_and_tabulates(tmp_path: 
             assert row["ran_on"] > 1.0, row
         else:
             assert row["ran_on"] < 1.0, row
+
+
+def test_the_chain_bench_weighs_and_draws_the_deadlines_metrics(tmp_path: Path) -> None:
+    # Issue 63: the chain's deadlines instrumented (each process's /metrics, scraped over
+    # HTTP), their CPU per request against the same chain without, and the run drawn.
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("grpc") is None:
+        assert os.environ.get("AIOWHEEL_REQUIRE_GRPC", "") in ("", "0"), "grpcio is missing"
+        pytest.skip("grpcio is not installed (pip install -e '.[grpc]')")
+    from bench import chain
+
+    out = str(tmp_path)
+    assert chain.main(["--metrics-cost", "--quick", "--out", out]) == 0
+    cost = json.loads((tmp_path / "chain-metrics-cost.json").read_text())
+    (figures,) = cost["rounds"]
+    assert figures["off_cpu_us"] > 0 and figures["on_cpu_us"] > 0 and figures["not_ok"] == 0
+    assert cost["summary"]["on_over_off"]["median"] > 0  # measured, not judged: a shared machine
+    argv = ["--dashboard", "--duration", "3", "--rate", "12", "--work", "1.5", "--out", out]
+    assert chain.main(argv) == 0
+    run = json.loads((tmp_path / "chain-dashboard.json").read_text())
+    assert 200 in run["statuses"] and 504 in run["statuses"], run["statuses"]
+    assert run["points"] >= 2  # the hops were scraped while the load ran
+    assert (tmp_path / "chain-dashboard.png").stat().st_size > 10_000
+
+
+def test_the_deadline_metrics_bench_measures_off_on_and_every_request(tmp_path: Path) -> None:
+    from bench import deadline_metrics
+
+    argv = ["--requests", "300", "--rounds", "1", "--out", str(tmp_path)]
+    assert deadline_metrics.main(argv) == 0
+    document = json.loads((tmp_path / "deadline-metrics.json").read_text())
+    summary = document["summary"]
+    assert set(summary) == {"off", "on", "on_every_request", "client_sent_on"}
+    assert all(figures["median"] > 0 for figures in summary.values())
+    from aiowheel._deadlines._seen import SEEN
+
+    assert SEEN.watcher is None  # every instrumentation it made was closed
