@@ -175,11 +175,11 @@ def _heap_deadline_for(
     ``wait_for``) guarding any of ``tasks`` on the base loop's own heap (asyncio's loops: its
     private ``loop._scheduled``), or None.
 
-    The heap is walked from its root, and a handle due no earlier than the best deadline found
-    yet (at first ``before``) ends its branch: everything below it is due later still. So
-    the walk reads the handles due before that deadline and the children of the last of
-    them, not the whole heap: with the request's own deadline as ``before`` (what a client
-    adapter already has), the timers due after it (keep-alives, far timeouts) cost nothing."""
+    asyncio's loop keeps no index of its timers by task (loop mode's wheels do:
+    :class:`aiowheel._time._observe.Guards`), so this is one pass over its heap, at one
+    comparison for each handle due no earlier than the best deadline yet (at first ``before``:
+    the request's deadline, which a client adapter already has) and a few checks for the
+    others. On loop mode the heap holds only the near timers and the wheels' wake-ups."""
     scheduled = getattr(loop, "_scheduled", None)
     if not isinstance(scheduled, list):
         return None
@@ -192,19 +192,17 @@ def _heap_deadline_for(
 
 
 def _walk(scheduled: list[Any], tasks: tuple[object, ...], before: float) -> float | None:
-    """:func:`_heap_deadline_for`'s walk over asyncio's TimerHandles, their checks inline
-    (what a client adapter pays per handle due before the request's deadline)."""
-    at = list.__getitem__
-    count = list.__len__(scheduled)
+    """:func:`_heap_deadline_for`'s pass over asyncio's TimerHandles: a handle due no earlier
+    than the best deadline yet is passed over on one comparison; the others' checks inline.
+    (A walk down the heap's branches, pruned at that deadline, read fewer handles but paid
+    more per handle than it saved where most timers fall before the request's deadline, as a
+    server's keep-alives do: measured, the flat pass is the cheaper.)"""
     bound = before
     found = False
-    branches = [0] if count else []
-    while branches:
-        index = branches.pop()
-        handle = at(scheduled, index)
+    for handle in list.__iter__(scheduled):
         when = handle._when
-        if not when < bound:
-            continue  # and all of its branch
+        if when >= bound:
+            continue
         callback = handle._callback
         if type(callback) is _MethodType:
             if (
@@ -222,24 +220,14 @@ def _walk(scheduled: list[Any], tasks: tuple[object, ...], before: float) -> flo
         ):
             bound = when
             found = True
-        child = 2 * index + 1
-        if child < count:
-            branches.append(child)
-            if child + 1 < count:
-                branches.append(child + 1)
     return bound if found else None
 
 
 def _walk_any(scheduled: list[Any], tasks: tuple[object, ...], before: float) -> float | None:
     """:func:`_walk` for a heap of other handles (public methods, attributes read if there)."""
-    at = list.__getitem__
-    count = list.__len__(scheduled)
     bound = before
     found = False
-    branches = [0] if count else []
-    while branches:
-        index = branches.pop()
-        handle: Any = at(scheduled, index)
+    for handle in list.__iter__(scheduled):
         when = handle.when()
         if not when < bound:
             continue
@@ -248,11 +236,6 @@ def _walk_any(scheduled: list[Any], tasks: tuple[object, ...], before: float) ->
         if guarded is not None and guarded in tasks and not handle.cancelled():
             bound = when
             found = True
-        child = 2 * index + 1
-        if child < count:
-            branches.append(child)
-            if child + 1 < count:
-                branches.append(child + 1)
     return bound if found else None
 
 
