@@ -1,6 +1,16 @@
-"""A purgatory's signals through Redis pub/sub, :mod:`aiowheel.redis` (whose docstring is the
-user's guide): ``RedisSignals``, the connection logic over :mod:`._redis_link`'s per-loop
-link and :mod:`._wire`'s messages.
+"""A purgatory's signals through Redis, :mod:`aiowheel.redis` (whose docstring is the user's
+guide): ``RedisSignals``, the connection logic over :mod:`._redis_link`'s per-loop link and
+:mod:`._wire`'s messages.
+
+Two transports. ``"stream"`` (the default): each message is an entry of a Redis stream
+(``XADD ... MAXLEN ~ retention``), and the process's reader reads it with ``XREAD BLOCK`` from
+the id of the last entry it read (its cursor, one per RedisSignals: the state ``on_data``
+writes is the process's, whatever loop runs the reader), so a reconnect, a blocked loop or a
+publish that lands after a restart loses nothing the stream still holds; each message carries
+``(sender, seq)``, and a reader applies a sender's message only if its seq is past the last
+one it applied from that sender, so a message published twice (its first answer lost in an
+outage) runs ``on_data`` once. ``"pubsub"``: the same messages on a pub/sub channel, at most
+once (kept for those whose checks read their state elsewhere and want nothing kept in Redis).
 """
 
 from __future__ import annotations
@@ -11,11 +21,13 @@ import contextvars
 import logging
 import os
 import random
+import re
 import uuid
-from collections.abc import Callable, Hashable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ._purgatory import Purgatory
 from ._redis_link import Link, cancel_elsewhere
@@ -39,6 +51,9 @@ _BACKOFF_MIN: Final = 0.05
 _BACKOFF_MAX: Final = 2.0
 _CONNECT_TIMEOUT: Final = 5.0
 _IDLE: Final = 30.0  # a subscriber that hears nothing for this long PINGs, and gives up after two
+_READ_COUNT: Final = 256  # stream entries read at most per XREAD
+_SENDERS: Final = 4096  # senders whose last message number is remembered (the oldest forgotten)
+_TRANSPORTS: Final = ("stream", "pubsub")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +66,8 @@ class RedisSignalsStats:
     """Messages published (each one loop iteration's keys, up to 512)."""
     received: int
     """Messages from other processes received and applied."""
+    duplicates: int
+    """Messages received again (published twice after a lost answer), not applied again."""
     echoes: int
     """This process's own messages heard back, ignored (it re-checked locally)."""
     foreign: int
@@ -60,9 +77,10 @@ class RedisSignalsStats:
     publish_errors: int
     """Failed publish attempts (each retried after a backoff)."""
     connect_errors: int
-    """Failures of the subscriber's connection (each followed by a reconnect)."""
+    """Failures of the subscriber's (the stream reader's) connection (each followed by a
+    reconnect)."""
     subscribes: int
-    """Subscriptions confirmed (the first, then one per reconnect)."""
+    """Connections of the subscriber that worked (the first, then one per reconnect)."""
     rechecks: int
     """Keys re-checked because a message named them or because the subscriber (re)connected."""
     data_errors: int
@@ -76,15 +94,20 @@ _COUNTERS: Final = tuple(field.name for field in fields(RedisSignalsStats))[:-1]
 
 
 class RedisSignals(Signals):
-    """Signals of a :class:`aiowheel.Purgatory` that reach every process subscribed to one
-    Redis pub/sub ``channel`` (give it as ``Purgatory(signals=...)``; one purgatory each).
+    """Signals of a :class:`aiowheel.Purgatory` that reach every process reading one Redis
+    stream (or pub/sub channel) named ``channel`` (give it as ``Purgatory(signals=...)``; one
+    purgatory each).
 
-    ``url`` is a redis-py URL (``redis://host:port/db``, ``rediss://`` for TLS,
-    ``unix:///path``); nothing connects until a loop uses the purgatory (a malformed URL
-    raises ValueError here). ``on_data(key, data)``, if given, applies the data of
-    :meth:`send` in every process, this one included, before that process re-checks ``key``.
-    At most ``max_pending`` keys per loop wait to be published (the oldest are dropped past
-    it, counted). The design and its reasons: :mod:`aiowheel.redis`.
+    Give either ``url``, a redis-py URL (``redis://host:port/db``, ``rediss://`` for TLS,
+    ``unix:///path``), or ``client``, a ``redis.asyncio.Redis`` you configured (TLS, an ACL
+    user, Sentinel's ``master_for``), used as it is and never closed here; nothing connects
+    until a loop uses the purgatory (a malformed URL raises ValueError here).
+    ``on_data(key, data)``, if given, applies the data of :meth:`send` in every process, this
+    one included, before that process re-checks ``key``. At most ``max_pending`` keys per loop
+    wait to be published (the oldest are dropped past it, counted). ``transport`` is
+    ``"stream"`` (at-least-once delivery, each message applied once; the stream keeps about
+    ``retention`` messages, ``XADD MAXLEN ~``) or ``"pubsub"`` (at most once). The design and
+    its reasons: :mod:`aiowheel.redis`.
 
     >>> signals = RedisSignals("redis://localhost:6379", channel="orders")
     >>> purgatory = aiowheel.Purgatory(signals=signals)
@@ -96,24 +119,39 @@ class RedisSignals(Signals):
 
     def __init__(
         self,
-        url: str,
+        url: str | None = None,
         *,
+        client: aioredis.Redis | None = None,
         channel: str = "aiowheel",
         on_data: Callable[[Any, str | bytes], object] | None = None,
         max_pending: int = 10_000,
+        transport: str = "stream",
+        retention: int = 100_000,
     ) -> None:
-        if not isinstance(url, str):
+        if client is not None:
+            if url is not None:
+                raise TypeError("RedisSignals(): give a url or client=, not both")
+            if not isinstance(client, aioredis.Redis):
+                raise TypeError(
+                    "RedisSignals(): client must be a redis.asyncio.Redis, got "
+                    f"{type(client).__module__}.{type(client).__qualname__}"
+                )
+        elif url is None:
+            raise TypeError("RedisSignals(): give a url or client= (a redis.asyncio.Redis)")
+        elif not isinstance(url, str):
             raise TypeError(f"RedisSignals(): url must be a str, got {type(url).__name__}")
-        try:
-            aioredis.ConnectionPool.from_url(url)  # parses only: connects nothing
-            parts = urlsplit(url)
-            database = parts.path.lstrip("/")
-            if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
-                raise ValueError(f"the database must be a number, got {database!r}")
-        except (ValueError, TypeError) as exc:
-            raise ValueError(
-                f"RedisSignals(): malformed Redis URL {_redacted(url)!r}: {exc}"
-            ) from None
+        else:
+            try:
+                aioredis.ConnectionPool.from_url(url)  # parses only: connects nothing
+                parts = urlsplit(url)
+                database = parts.path.lstrip("/")
+                if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
+                    raise ValueError(f"the database must be a number, got {database!r}")
+            except (ValueError, TypeError) as exc:
+                raise ValueError(
+                    f"RedisSignals(): malformed Redis URL {_redacted(url)!r}: "
+                    f"{_scrubbed(str(exc), url)}"
+                ) from None
         if not isinstance(channel, str) or not channel:
             raise ValueError(f"RedisSignals(): channel must be a non-empty str, got {channel!r}")
         if on_data is not None and not callable(on_data):
@@ -124,7 +162,22 @@ class RedisSignals(Signals):
             raise ValueError(
                 f"RedisSignals(): max_pending must be an int >= 1, got {max_pending!r}"
             )
+        if transport not in _TRANSPORTS:
+            raise ValueError(
+                f"RedisSignals(): transport must be 'stream' or 'pubsub', got {transport!r}"
+            )
+        if isinstance(retention, bool) or not isinstance(retention, int) or retention < 1:
+            raise ValueError(
+                "RedisSignals(): retention (messages the stream keeps) must be an int >= 1, "
+                f"got {retention!r}"
+            )
         self._url = url
+        self._given = client
+        self._transport = transport
+        self._retention = retention
+        self._cursor: str | None = None  # the id of the last stream entry read (the process's)
+        self._seen: OrderedDict[str, int] = OrderedDict()  # sender -> last seq applied
+        self._numbers = 0  # links made (each loop's number in the sender id)
         self._channel = channel
         self._on_data = on_data
         self._max_pending = max_pending
@@ -137,12 +190,18 @@ class RedisSignals(Signals):
 
     @property
     def channel(self) -> str:
-        """The pub/sub channel (the application's namespace on the server)."""
+        """The stream's key (or the pub/sub channel): the application's namespace on the
+        server."""
         return self._channel
+
+    @property
+    def transport(self) -> str:
+        """``"stream"`` (at-least-once, each message applied once) or ``"pubsub"``."""
+        return self._transport
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<RedisSignals channel={self._channel!r} {state}>"
+        return f"<RedisSignals {self._transport} channel={self._channel!r} {state}>"
 
     def stats(self) -> RedisSignalsStats:
         """Counters: keys sent, messages published and received, echoes and foreign messages
@@ -285,7 +344,8 @@ class RedisSignals(Signals):
         if link is None:
             for other in [other for other in self._links if other.is_closed()]:
                 del self._links[other]
-            link = self._links[loop] = Link(loop)
+            self._numbers += 1
+            link = self._links[loop] = Link(loop, self._numbers)
         return link
 
     def _sender(self) -> str:
@@ -303,7 +363,8 @@ class RedisSignals(Signals):
         items, link.batch = link.batch, []
         if not items or self._closed:
             return
-        messages = encode_messages(self._sender(), items)
+        messages = encode_messages(f"{self._sender()}.{link.number}", link.seq, items)
+        link.seq += len(messages)
         self._counts["dropped"] += link.queue(messages, self._max_pending)
         if link.publisher is None or link.publisher.done():
             link.publisher = link.loop.create_task(
@@ -312,10 +373,19 @@ class RedisSignals(Signals):
         link.wake.set()
 
     def _client(self, **options: Any) -> aioredis.Redis:
+        """A client of its own for a task (closed by it), or the one given (never closed)."""
+        if self._given is not None:
+            return self._given
+        assert self._url is not None
         return aioredis.Redis.from_url(
             self._url,
             retry=Retry(NoBackoff(), 0),  # the reconnecting is ours: counted and backed off
             socket_connect_timeout=_CONNECT_TIMEOUT,
+            # None, not redis-py's default (5 s): with a socket_timeout, redis-py sends under
+            # asyncio.wait_for, whose 3.11 version can swallow a cancellation that lands as
+            # the send completes (aclose and asyncio.run's end then hang); the tasks bound
+            # their commands with asyncio.timeout instead.
+            socket_timeout=None,
             socket_keepalive=True,
             **options,
         )
@@ -336,8 +406,10 @@ class RedisSignals(Signals):
                 message, count = link.outbox[0]
                 try:
                     if client is None:
-                        client = self._client(socket_timeout=_CONNECT_TIMEOUT)
-                    await client.publish(self._channel, message)
+                        client = self._client()
+                    # Bounded here, not by a socket_timeout (see _client).
+                    async with asyncio.timeout(_CONNECT_TIMEOUT):
+                        await self._send(client, message)
                 except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
                 except BaseException as exc:
@@ -346,7 +418,7 @@ class RedisSignals(Signals):
                     if not failing:
                         failing = True
                         _log.warning("aiowheel.redis: cannot publish on %r: %r", self._channel, exc)
-                    await _closed(client)
+                    await self._close_client(client)
                     client = None
                     await asyncio.sleep(delay * random.uniform(0.5, 1.0))
                     delay = min(delay * 2, _BACKOFF_MAX)
@@ -361,14 +433,14 @@ class RedisSignals(Signals):
                     delay = _BACKOFF_MIN
                     _log.warning("aiowheel.redis: publishing on %r again", self._channel)
         finally:
-            await _closed(client)
+            await self._close_client(client)
 
     # -- subscribing ---------------------------------------------------------------------------
 
     async def _subscribe(self, purgatory: Any, link: Link) -> None:
-        """The loop's subscriber: connect, subscribe and listen (:meth:`_listen`); on any
-        failure, count it, log it once per outage, and reconnect after a backoff (from the
-        shortest again once a connection was subscribed)."""
+        """The loop's subscriber: connect, then read the stream (:meth:`_read`) or listen to the
+        channel (:meth:`_listen`); on any failure, count it, log it once per outage, and
+        reconnect after a backoff (from the shortest again once a connection worked)."""
         delay = _BACKOFF_MIN
         try:
             while True:
@@ -376,10 +448,14 @@ class RedisSignals(Signals):
                 pubsub: Any = None
                 subscribes = self._counts["subscribes"]
                 try:
-                    client = self._client()
-                    pubsub = client.pubsub()
-                    await pubsub.subscribe(self._channel)
-                    await self._listen(purgatory, link, pubsub)
+                    if self._transport == "stream":
+                        client = self._client()
+                        await self._read(purgatory, link, client)
+                    else:
+                        client = self._client()
+                        pubsub = client.pubsub()
+                        await pubsub.subscribe(self._channel)
+                        await self._listen(purgatory, link, pubsub)
                 except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
                 except BaseException as exc:
@@ -397,13 +473,67 @@ class RedisSignals(Signals):
                     if pubsub is not None:
                         with contextlib.suppress(Exception):
                             await pubsub.aclose()
-                    await _closed(client)
+                    await self._close_client(client)
                 if self._counts["subscribes"] != subscribes:
                     delay = _BACKOFF_MIN
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))
                 delay = min(delay * 2, _BACKOFF_MAX)
         finally:
             link.connected = False
+
+    def _subscribed(self, purgatory: Any, link: Link) -> None:
+        """A connection of the subscriber works: say so, and re-check every live key."""
+        link.connected = True
+        link.subscribed.set()
+        self._counts["subscribes"] += 1
+        if link.lost:
+            link.lost = False
+            _log.warning("aiowheel.redis: subscribed to %r again", self._channel)
+        self._recheck_all(purgatory, link)
+
+    async def _read(self, purgatory: Any, link: Link, client: aioredis.Redis) -> None:
+        """Read the stream from the cursor until the connection fails. The first connect of
+        the process starts at the stream's end (history is not replayed); every read after
+        starts where the last one stopped, so what was added meanwhile is read now. The first
+        read of a connection does not block: its answer proves the connection (connected,
+        and every live key re-checked, after what it brought is applied). A blocking read
+        waits up to the idle time; an answer that does not come within twice that (a server
+        paused, a partition) fails the read and reconnects."""
+        key = self._channel
+        if self._cursor is None:
+            last = await client.xrevrange(key, count=1)
+            self._cursor = _text(last[0][0]) if last else "0-0"
+        block: int | None = None
+        while True:
+            # An answer that does not come within twice the blocking time (a server paused,
+            # a partition) fails the read (TimeoutError) and the subscriber reconnects.
+            async with asyncio.timeout(2 * self._idle):
+                reply = await client.xread({key: self._cursor}, count=_READ_COUNT, block=block)
+            for entry_id, entry in _entries(reply):
+                self._cursor = _text(entry_id)
+                payload = entry.get(b"m", entry.get("m")) if isinstance(entry, dict) else None
+                self._receive(purgatory, link, payload)
+            if block is None:
+                self._subscribed(purgatory, link)
+                block = max(1, int(self._block_seconds(client) * 1000))
+
+    def _block_seconds(self, client: aioredis.Redis) -> float:
+        """How long a read blocks: the idle time, within half a given client's socket
+        timeout (a read that outlasts it would fail as if the server were gone)."""
+        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        if self._given is not None and isinstance(timeout, int | float) and timeout > 0:
+            return min(self._idle, timeout / 2)
+        return self._idle
+
+    async def _send(self, client: aioredis.Redis, message: bytes) -> None:
+        """Publish one message: an entry of the stream (trimmed to about ``retention``
+        entries) or a message on the channel."""
+        if self._transport == "stream":
+            await client.xadd(
+                self._channel, {"m": message}, maxlen=self._retention, approximate=True
+            )
+        else:
+            await client.publish(self._channel, message)
 
     async def _listen(self, purgatory: Any, link: Link, pubsub: Any) -> None:
         """Read the channel until the connection fails: on the subscription's confirmation
@@ -423,17 +553,12 @@ class RedisSignals(Signals):
             if kind == "message":
                 self._receive(purgatory, link, message.get("data"))
             elif kind == "subscribe":
-                link.connected = True
-                link.subscribed.set()
-                self._counts["subscribes"] += 1
-                if link.lost:
-                    link.lost = False
-                    _log.warning("aiowheel.redis: subscribed to %r again", self._channel)
-                self._recheck_all(purgatory, link)
+                self._subscribed(purgatory, link)
 
     def _recheck_all(self, purgatory: Any, link: Link) -> None:
-        """On (re)connect: what was published while not subscribed is lost, so every key with
-        live waits here is re-checked."""
+        """On (re)connect: what was published while not connected may be lost (pub/sub; a
+        stream restarted empty or trimmed past the cursor), so every key with live waits here
+        is re-checked."""
         if purgatory._loop is not link.loop:
             return
         for key in list(purgatory._watchers):
@@ -441,16 +566,25 @@ class RedisSignals(Signals):
             purgatory._recheck(key)
 
     def _receive(self, purgatory: Any, link: Link, payload: object) -> None:
-        """One message from the channel: decoded whole (or ignored, counted), then each item's
-        data applied and its key re-checked."""
+        """One message: decoded whole (or ignored, counted), an echo or a message applied
+        already ignored (counted), then each item's data applied and its key re-checked."""
         decoded = decode_message(payload)
         if decoded is None:
             self._counts["foreign"] += 1
             return
-        sender, items = decoded
-        if sender == self._sender():
+        sender, seq, items = decoded
+        if sender.partition(".")[0] == self._sender():
             self._counts["echoes"] += 1
             return
+        seen = self._seen
+        last = seen.get(sender)
+        if last is not None and seq <= last:
+            self._counts["duplicates"] += 1
+            return
+        seen[sender] = seq
+        seen.move_to_end(sender)
+        if len(seen) > _SENDERS:
+            seen.popitem(last=False)
         self._counts["received"] += 1
         on_data = self._on_data
         here = purgatory._loop is link.loop
@@ -458,7 +592,9 @@ class RedisSignals(Signals):
             if data is not None and on_data is not None:
                 try:
                     on_data(key, data)
-                except Exception as exc:
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # CancelledError too: it is on_data's, not ours
                     self._counts["data_errors"] += 1
                     link.loop.call_exception_handler(
                         {
@@ -470,21 +606,56 @@ class RedisSignals(Signals):
                 self._counts["rechecks"] += 1
                 purgatory._recheck(key)
 
+    async def _close_client(self, client: aioredis.Redis | None) -> None:
+        """Close ``client`` (None, or the one given: nothing), never raising."""
+        if client is not None and client is not self._given:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+
+def _text(value: object) -> str:
+    """A stream id as redis-py gives it (bytes, or str with decode_responses) as a str."""
+    return value.decode("ascii") if isinstance(value, bytes) else str(value)
+
+
+def _entries(reply: object) -> Iterable[tuple[object, object]]:
+    """The (id, fields) entries of an XREAD reply of one stream: a list of [key, entries]
+    (RESP2) or a dict of key: entries (RESP3); nothing on a timeout."""
+    if not reply:
+        return ()
+    streams: Any = reply.values() if isinstance(reply, dict) else [s[1] for s in reply]  # type: ignore[attr-defined]
+    return [(entry[0], entry[1]) for entries in streams for entry in entries]
+
+
+# The password of a URL, in each form redis-py reads it: userinfo ("redis://:PASS@",
+# "redis://user:PASS@") and the query ("?password=PASS"). The userinfo is everything before the
+# last "@" of the part after the scheme, so that a password with an unquoted "@", "/" or "?"
+# is still hidden whole (a URL with an "@" in its query loses more to the stars, never less).
+_QUERY_PASSWORD: Final = re.compile(r"(?i)([?&;]password=)([^&#;]*)")
+
 
 def _redacted(url: str) -> str:
-    """``url`` with its password, if any, as ``***`` (error messages and logs)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        return parts._replace(netloc=netloc).geturl()
-    except ValueError:
-        return "<unparsable URL>"
+    """``url`` with every password in it as ``***`` (error messages and logs)."""
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        at = rest.rfind("@")
+        user, colon, password = rest[:at].partition(":") if at >= 0 else ("", "", "")
+        if colon and password:
+            rest = f"{user}:***{rest[at:]}"
+        url = f"{scheme}{sep}{rest}"
+    return _QUERY_PASSWORD.sub(r"\1***", url)
 
 
-async def _closed(client: aioredis.Redis | None) -> None:
-    """Close ``client`` (None: nothing), never raising."""
-    if client is not None:
-        with contextlib.suppress(Exception):
-            await client.aclose()
+def _scrubbed(text: str, url: str) -> str:
+    """``text`` (an error's message about ``url``) with ``url``'s passwords, quoted or not,
+    as ``***``."""
+    secrets: set[str] = set()
+    _, sep, rest = url.partition("://")
+    at = rest.rfind("@") if sep else -1
+    if at >= 0:
+        secrets.add(rest[:at].partition(":")[2])
+    secrets.update(match.group(2) for match in _QUERY_PASSWORD.finditer(url))
+    secrets |= {unquote(secret) for secret in secrets}
+    for secret in sorted(secrets - {""}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text

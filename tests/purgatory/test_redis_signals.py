@@ -56,9 +56,9 @@ import asyncio, json, os, sys
 import aiowheel
 from aiowheel.redis import RedisSignals
 
-url, channel, peers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+url, channel, peers, transport = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 seen = {}
-signals = RedisSignals(url, channel=channel,
+signals = RedisSignals(url, channel=channel, transport=transport,
                        on_data=lambda key, data: seen.setdefault(key, []).append(data))
 purgatory = aiowheel.Purgatory(signals=signals)
 
@@ -81,9 +81,9 @@ asyncio.run(main())
 """
 
 
-def _peer(url: str, channel: str, peers: int) -> subprocess.Popen[str]:
+def _peer(url: str, channel: str, peers: int, transport: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", PEER, url, channel, str(peers)],
+        [sys.executable, "-c", PEER, url, channel, str(peers), transport],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -91,12 +91,15 @@ def _peer(url: str, channel: str, peers: int) -> subprocess.Popen[str]:
     )
 
 
-def test_signals_and_payloads_reach_every_process_in_order(server: RedisServer) -> None:
+@pytest.mark.parametrize("transport", ["stream", "pubsub"])
+def test_signals_and_payloads_reach_every_process_in_order(
+    server: RedisServer, transport: str
+) -> None:
     # Two peer processes and this one: the payloads this process sends reach both, in the
     # order sent (100 of them, some in one loop iteration, some in others), and each peer's
     # "back" reaches this process and the other peer; echoes are ignored, not applied twice.
-    channel = "each-to-all"
-    peers = [_peer(server.url, channel, 2) for _ in range(2)]
+    channel = f"each-to-all-{transport}"
+    peers = [_peer(server.url, channel, 2, transport) for _ in range(2)]
     try:
         for peer in peers:
             assert peer.stdout is not None
@@ -106,7 +109,10 @@ def test_signals_and_payloads_reach_every_process_in_order(server: RedisServer) 
 
         async def main() -> list[str]:
             signals = _signals(
-                server.url, channel, on_data=lambda key, data: seen.setdefault(key, []).append(data)
+                server.url,
+                channel,
+                transport=transport,
+                on_data=lambda key, data: seen.setdefault(key, []).append(data),
             )
             purgatory = aiowheel.Purgatory(signals=signals)
             back = purgatory.wait(
@@ -162,7 +168,7 @@ def test_reconnect_rechecks_live_waits_and_the_rest_time_out_on_time(
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            signals = _signals(server.url, "reconnect")
+            signals = _signals(server.url, "reconnect", transport="pubsub")
             purgatory = aiowheel.Purgatory(signals=signals)
             start = loop.time()
             changed = asyncio.ensure_future(
@@ -207,44 +213,66 @@ def test_reconnect_rechecks_live_waits_and_the_rest_time_out_on_time(
     assert len(lost) == 1 and len(cannot) == 1 and len(again) == 1, caplog.text
 
 
-def test_foreign_messages_are_ignored_and_counted(server: RedisServer) -> None:
+@pytest.mark.parametrize("transport", ["stream", "pubsub"])
+def test_foreign_messages_are_ignored_and_counted(server: RedisServer, transport: str) -> None:
+    # Entries this project did not write (or another version wrote) are counted and passed
+    # by: the reader goes on to the next one; a message published twice is applied once.
     import redis
 
-    channel = "foreign"
+    channel = f"foreign-{transport}"
     seen: dict[Any, Any] = {}
     raw = redis.Redis.from_url(server.url)
     foreign = [
         b"not json",
         b"\xff\xfe",
         b"{}",
-        b'["aiowheel", 2, "x", [["k"]]]',  # another version
+        b'["aiowheel", 1, "x", [["k"]]]',  # an older version
+        b'["aiowheel", 3, "x", 0, [["k"]]]',  # a later one
+        b'["aiowheel", 2, "x", -1, [["k"]]]',  # a negative seq
         b'["other-app", 1, "x", [["k"]]]',
-        b'["aiowheel", 1, "x", [["k", 3]]]',  # data neither str nor bytes
-        b'["aiowheel", 1, "x", [[1.5]]]',  # a float key
-        b'["aiowheel", 1, "x", [[{"b": "***"}]]]',  # bad base64
-        b'["aiowheel", 1, "x", [[true]]]',
-        b'["aiowheel", 1, "x", "k"]',
+        b'["aiowheel", 2, "x", 0, [["k", 3]]]',  # data neither str nor bytes
+        b'["aiowheel", 2, "x", 0, [[1.5]]]',  # a float key
+        b'["aiowheel", 2, "x", 0, [[{"b": "***"}]]]',  # bad base64
+        b'["aiowheel", 2, "x", 0, [[true]]]',
+        b'["aiowheel", 2, "x", 0, "k"]',
         b"[" * 5000,
     ]
 
+    def put(message: bytes | str, field: str = "m") -> None:
+        if transport == "stream":
+            raw.xadd(channel, {field: message})
+        else:
+            raw.publish(channel, message)
+
     async def main() -> None:
-        signals = _signals(server.url, channel, on_data=lambda k, d: seen.__setitem__(k, d))
+        signals = _signals(
+            server.url, channel, transport=transport, on_data=lambda k, d: seen.__setitem__(k, d)
+        )
         purgatory = aiowheel.Purgatory(signals=signals)
         waited = purgatory.wait([b"\x00k"], lambda: seen.get(b"\x00k"), 5)
         numbered = purgatory.wait([7], lambda: seen.get(7), 5)
         await _until(lambda: signals.stats().connected)
         for message in foreign:
-            await asyncio.to_thread(raw.publish, channel, message)
-        # A well-formed message from another sender, written by hand: bytes and int keys.
-        good = json.dumps(["aiowheel", 1, "someone", [[{"b": "AGs="}, "v"], [7, {"b": "AA=="}]]])
-        await asyncio.to_thread(raw.publish, channel, good)
+            await asyncio.to_thread(put, message)
+        extra = 0
+        if transport == "stream":  # an entry without our field
+            await asyncio.to_thread(put, "x", "other")
+            extra = 1
+        # A well-formed message from another sender, written by hand: bytes and int keys;
+        # then the same message again (a publish retried after its answer was lost).
+        good = json.dumps(
+            ["aiowheel", 2, "someone.1", 0, [[{"b": "AGs="}, "v"], [7, {"b": "AA=="}]]]
+        )
+        await asyncio.to_thread(put, good)
         assert await waited == "v"
         assert await numbered == b"\x00"
+        seen.clear()
+        await asyncio.to_thread(put, good)
         assert purgatory.signal("mine") == 0  # its echo comes back and is ignored
         await _until(lambda: signals.stats().echoes == 1)
         stats = signals.stats()
-        assert stats.foreign == len(foreign)
-        assert stats.received == 1 and "k" not in seen
+        assert stats.foreign == len(foreign) + extra
+        assert stats.received == 1 and stats.duplicates == 1 and seen == {}
         await signals.aclose()
 
     try:
@@ -295,6 +323,28 @@ def test_bad_input_is_refused_and_changes_nothing() -> None:
         RedisSignals(CLOSED_PORT_URL, max_pending=0)
     with pytest.raises(TypeError, match="on_data must be callable"):
         RedisSignals(CLOSED_PORT_URL, on_data="print")  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"retention \(messages the stream keeps\) must be an int >= 1, got 0"
+    ):
+        RedisSignals(CLOSED_PORT_URL, retention=0)
+    with pytest.raises(ValueError, match="retention .* got -5"):
+        RedisSignals(CLOSED_PORT_URL, retention=-5)
+    with pytest.raises(ValueError, match="transport must be 'stream' or 'pubsub', got 'kafka'"):
+        RedisSignals(CLOSED_PORT_URL, transport="kafka")
+    with pytest.raises(
+        TypeError, match="client must be a redis.asyncio.Redis, got redis.client.Redis"
+    ):
+        import redis
+
+        RedisSignals(client=redis.Redis())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="client must be a redis.asyncio.Redis, got builtins.str"):
+        RedisSignals(client="redis://localhost")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="give a url or client=, not both"):
+        import redis.asyncio
+
+        RedisSignals(CLOSED_PORT_URL, client=redis.asyncio.Redis())
+    with pytest.raises(TypeError, match=r"give a url or client= \(a redis.asyncio.Redis\)"):
+        RedisSignals()
     with pytest.raises(TypeError, match="signals must be an aiowheel.redis.RedisSignals"):
         aiowheel.Purgatory(signals="redis://localhost")
     signals = RedisSignals(CLOSED_PORT_URL, channel="bad-input")
@@ -322,6 +372,31 @@ def test_bad_input_is_refused_and_changes_nothing() -> None:
         await signals.aclose()  # Redis unreachable: returns at once
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:hunter2@h:1/x",
+        "redis://user:hunter2@h:1/x",
+        "redis://h:1/x?password=hunter2",
+        "redis://user:hunter2@h:notaport/0",
+        "redis://h:1/0?db=zero&password=hunter2",
+        "redis://:hunter2@h:1/0?password=hunter2&db=nine",
+        "redis://user:hun%40ter2@h:1/x",
+    ],
+)
+def test_a_malformed_url_is_refused_without_its_password(url: str) -> None:
+    # Every form redis-py reads a password from (userinfo with or without a user, the query),
+    # in the URL shown and in redis-py's own reason, quoted or not.
+    need_redis()
+    from aiowheel.redis import RedisSignals
+
+    with pytest.raises(ValueError, match="malformed Redis URL") as caught:
+        RedisSignals(url)
+    text = str(caught.value)
+    assert "hunter2" not in text and "hun%40ter2" not in text and "hun@ter2" not in text, text
+    assert "***" in text
 
 
 def test_a_full_publish_queue_drops_the_oldest_and_logs_once(
@@ -414,7 +489,7 @@ def test_a_subscriber_that_falls_behind_is_cut_off_by_redis_and_rechecks(
             pipe.execute()
 
     async def main() -> None:
-        signals = _signals(server.url, "behind")
+        signals = _signals(server.url, "behind", transport="pubsub")
         purgatory = aiowheel.Purgatory(signals=signals)
         waiting = purgatory.wait(["late"], lambda: state.get("late"), 10)
         await _until(lambda: signals.stats().connected)
@@ -435,7 +510,8 @@ def test_a_subscriber_that_falls_behind_is_cut_off_by_redis_and_rechecks(
         raw.close()
 
 
-def test_a_server_that_stops_answering_is_noticed_by_ping_and_rechecked() -> None:
+@pytest.mark.parametrize("transport", ["stream", "pubsub"])
+def test_a_server_that_stops_answering_is_noticed_and_rechecked(transport: str) -> None:
     # A connection that dies without a word (the server paused: SIGSTOP, as a partition
     # would): a quiet subscriber PINGs, gives up on no answer, reconnects once the server
     # answers again, and re-checks. While all is well, the PINGs are answered: no reconnect.
@@ -445,7 +521,7 @@ def test_a_server_that_stops_answering_is_noticed_by_ping_and_rechecked() -> Non
     try:
 
         async def main() -> None:
-            signals = _signals(server.url, "paused")
+            signals = _signals(server.url, "paused", transport=transport)
             signals._idle = 0.1
             purgatory = aiowheel.Purgatory(signals=signals)
             waiting = purgatory.wait(["paused"], lambda: state.get("paused"), 10)
