@@ -544,3 +544,136 @@ def test_a_server_that_stops_answering_is_noticed_and_rechecked(transport: str) 
         asyncio.run(main())
     finally:
         server.kill()
+
+
+def _reader_ids(raw: Any) -> list[int]:
+    """The ids of the connections blocked in (or last running) an XREAD."""
+    return [int(c["id"]) for c in raw.client_list() if c.get("cmd", "").startswith("xread")]
+
+
+def test_a_stream_loses_nothing_across_a_killed_connection_a_blocked_loop_and_a_restart(
+    tmp_path: Any,
+) -> None:
+    # A publisher in another thread's loop sends numbered payloads all along, while this
+    # loop's reader has its connection killed (CLIENT KILL), then its loop blocked 2 s, then
+    # Redis SIGKILLed and restarted (append-only file, fsynced): every payload is applied
+    # here exactly once, in the order sent, and the ones sent during the outage arrive soon
+    # after Redis is back.
+    import redis
+
+    server = RedisServer(need_redis(), persist=str(tmp_path))
+    server.start()
+    channel = "outage"
+    sent: list[int] = []
+    stop = threading.Event()
+    go = threading.Event()
+
+    def publishing() -> None:
+        async def run() -> None:
+            signals = _signals(server.url, channel)
+            aiowheel.Purgatory(signals=signals)  # signals only: no reader in this thread
+            go.wait(10)
+            number = 0
+            while not stop.is_set():
+                signals.send("n", str(number))
+                sent.append(number)
+                number += 1
+                await asyncio.sleep(0.005)
+            async with asyncio.timeout(15):
+                await signals.flush()
+            await signals.aclose()
+
+        asyncio.run(run())
+
+    applied: list[int] = []
+    raw = redis.Redis.from_url(server.url)
+    publisher = threading.Thread(target=publishing)
+    publisher.start()
+    try:
+
+        async def main() -> float:
+            signals = _signals(server.url, channel, on_data=lambda k, d: applied.append(int(d)))
+            aiowheel.Purgatory(signals=signals)
+            await asyncio.wait_for(signals.start(), 5)
+            go.set()
+            await _until(lambda: len(applied) >= 20)
+            # 1. Its connection killed by the server.
+            (reader,) = await asyncio.to_thread(_reader_ids, raw)
+            await asyncio.to_thread(raw.client_kill_filter, _id=reader)
+            await _until(lambda: signals.stats().connect_errors >= 1)
+            count = len(applied)
+            await _until(lambda: len(applied) >= count + 20)
+            # 2. Its loop blocked 2 s (what the publisher sent meanwhile waits in the stream).
+            time.sleep(2.0)  # noqa: ASYNC251 - the point: the loop blocked
+            count = len(applied)
+            await _until(lambda: len(applied) >= count + 20)
+            # 3. Redis SIGKILLed, down for half a second, restarted from its file.
+            server.kill()
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(server.start)
+            back = time.monotonic()
+            during = len(sent)  # sent by now: all during the outage or before
+            await _until(lambda: len(applied) >= during, timeout=10)
+            recovered = time.monotonic() - back
+            stop.set()
+            await asyncio.to_thread(publisher.join, 20)
+            await _until(lambda: len(applied) >= len(sent), timeout=10)
+            await asyncio.sleep(0.2)  # anything applied twice would show by now
+            stats = signals.stats()
+            assert stats.connect_errors >= 2 and stats.foreign == 0, stats
+            await signals.aclose()
+            return recovered
+
+        recovered = asyncio.run(main())
+    finally:
+        stop.set()
+        go.set()
+        publisher.join(20)
+        raw.close()
+        server.kill()
+    assert not publisher.is_alive()
+    assert len(sent) > 200
+    assert applied == sent  # none lost, none twice, in order
+    assert recovered < 5.0, recovered  # the publisher's backoff is at most 2 s
+
+
+def test_a_receiver_that_raises_even_cancellederror_is_reported_and_the_reader_goes_on(
+    server: RedisServer,
+) -> None:
+    # on_data raising anything (CancelledError included: a sync function's CancelledError is
+    # not a cancellation of the reader) goes to the loop's exception handler, counted; the
+    # re-check still runs and the next messages are applied. aclose still ends the reader.
+    state: dict[str, str] = {}
+    reported: list[BaseException] = []
+
+    def apply(key: Any, data: Any) -> None:
+        if data == "cancel":
+            raise asyncio.CancelledError
+        if data == "boom":
+            raise RuntimeError("boom")
+        state[key] = data
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: reported.append(context["exception"]))
+        receiving = _signals(server.url, "raising", on_data=apply)
+        sending = _signals(server.url, "raising")
+        receiver = aiowheel.Purgatory(signals=receiving)
+        sender = aiowheel.Purgatory(signals=sending)
+        rechecked = receiver.wait(["x"], lambda: state.get("x") == "ok" or None, 5)
+        await asyncio.wait_for(receiving.start(), 5)
+        sender.wait(["bind"], lambda: True, 1)
+        sending.send("x", "cancel")
+        sending.send("y", "boom")
+        await asyncio.sleep(0)
+        sending.send("x", "ok")
+        assert await rechecked is True
+        stats = receiving.stats()
+        assert stats.data_errors == 2 and stats.received == 2 and stats.connected, stats
+        assert [type(exc) for exc in reported] == [asyncio.CancelledError, RuntimeError]
+        await receiving.aclose()
+        await sending.aclose()
+        left = [t for t in asyncio.all_tasks() if "RedisSignals" in repr(t.get_coro())]
+        assert left == []
+
+    asyncio.run(main())
