@@ -410,6 +410,7 @@ class RedisSignals(Signals):
                     # Bounded here, not by a socket_timeout (see _client).
                     async with asyncio.timeout(_CONNECT_TIMEOUT):
                         await self._send(client, message)
+                    _cancel_not_lost()
                 except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
                 except BaseException as exc:
@@ -509,6 +510,7 @@ class RedisSignals(Signals):
             # a partition) fails the read (TimeoutError) and the subscriber reconnects.
             async with asyncio.timeout(2 * self._idle):
                 reply = await client.xread({key: self._cursor}, count=_READ_COUNT, block=block)
+            _cancel_not_lost()
             for entry_id, entry in _entries(reply):
                 self._cursor = _text(entry_id)
                 payload = entry.get(b"m", entry.get("m")) if isinstance(entry, dict) else None
@@ -611,6 +613,16 @@ class RedisSignals(Signals):
         if client is not None and client is not self._given:
             with contextlib.suppress(Exception):
                 await client.aclose()
+
+
+def _cancel_not_lost() -> None:
+    """Raise CancelledError if this task was cancelled and the cancellation got lost on its
+    way: a client given with a socket_timeout sends under asyncio.wait_for, which on 3.11 can
+    swallow a cancellation landing as the send completes; the command then goes on (a read
+    blocks up to half that timeout) and this check, after it, ends the task as asked."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _text(value: object) -> str:

@@ -677,3 +677,42 @@ def test_a_receiver_that_raises_even_cancellederror_is_reported_and_the_reader_g
         assert left == []
 
     asyncio.run(main())
+
+
+def test_a_client_given_is_used_as_it_is_and_left_open(server: RedisServer) -> None:
+    # RedisSignals(client=...) reads and publishes through the redis.asyncio.Redis given (here
+    # with decode_responses=True and a client name, which a URL would not set), and aclose
+    # leaves it open for its owner.
+    import redis.asyncio
+
+    state: dict[str, str] = {}
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(
+            port=server.port, decode_responses=True, client_name="mine", socket_timeout=1
+        )
+        receiving = _signals_client(client, on_data=lambda k, d: state.__setitem__(k, d))
+        sending = _signals(server.url, "given")
+        receiver = aiowheel.Purgatory(signals=receiving)
+        aiowheel.Purgatory(signals=sending)
+        waiting = receiver.wait(["k"], lambda: state.get("k"), 5)
+        await asyncio.wait_for(receiving.start(), 5)
+        names = [c.get("name") for c in await client.client_list()]
+        assert names.count("mine") >= 2  # the reader's connection and this one
+        sending.send("k", "v")
+        assert await waiting == "v"
+        # Ends though the client's socket_timeout (redis-py sends under asyncio.wait_for,
+        # which on 3.11 can swallow the cancellation): within half that timeout.
+        await asyncio.wait_for(receiving.aclose(), 5)
+        await sending.aclose()
+        assert await client.ping() is True  # still open
+        assert receiving.stats().received == 1
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def _signals_client(client: Any, **options: Any) -> Any:
+    from aiowheel.redis import RedisSignals
+
+    return RedisSignals(client=client, channel="given", **options)
