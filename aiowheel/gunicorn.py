@@ -16,6 +16,14 @@ overrides that and nothing private:
   set it as the thread's loop, where the original made its own, then run gunicorn's
   ``Worker.init_process``. aiohttp's uvloop worker installs uvloop's event loop *policy*,
   which 3.14 deprecates; this one does not.
+- ``AiohttpWorker`` / ``AiohttpUVLoopWorker`` also cancel a handler whose client went away
+  (``handler_cancellation=True``, aiohttp's own flag, False by default): a long poll whose
+  client left ends at once, its wait leaving the purgatory, instead of waiting out its
+  timeout for nobody (and holding the worker's graceful shutdown until then). aiohttp's
+  worker takes no such setting, so ``load_wsgi`` (gunicorn's public hook that loads the
+  app) hands it an app factory returning an ``AppRunner`` made with the flag and the
+  worker's own settings (logger, keep-alive, access log and its format, shutdown timeout).
+  An app factory that returns its own ``AppRunner`` is left as it is.
 
 The servers are imported when a class is first used, so ``import aiowheel.gunicorn`` needs none
 of them; a class whose server is missing raises ImportError naming what to install.
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 from typing import Any
 
 from . import loops
@@ -80,8 +89,42 @@ def _make(name: str) -> type[Any]:
 
         init_process.__doc__ = "Make the worker's loop-mode loop, then start the worker."
         namespace = {"init_process": init_process}
+        if module_name == "aiohttp.worker":
+            namespace["load_wsgi"] = _cancelling_load_wsgi(original)
     namespace.update(__doc__=doc, __module__=__name__, __qualname__=name)
     return type(name, (original,), namespace)
+
+
+def _cancelling_load_wsgi(original: type[Any]) -> Any:
+    """An aiohttp worker's ``load_wsgi``: the app loaded, then served with
+    ``handler_cancellation=True`` (see the module's docstring)."""
+    from aiohttp import web
+
+    def load_wsgi(self: Any) -> None:
+        original.load_wsgi(self)
+        loaded = self.wsgi
+        if not (isinstance(loaded, web.Application) or inspect.iscoroutinefunction(loaded)):
+            return  # aiohttp's worker refuses it, with its own message
+
+        async def runner() -> web.AppRunner:
+            app = loaded if isinstance(loaded, web.Application) else await loaded()
+            if isinstance(app, web.AppRunner):
+                return app
+            # The settings aiohttp's worker gives its own AppRunner, and the flag.
+            return web.AppRunner(
+                app,
+                logger=self.log,
+                keepalive_timeout=self.cfg.keepalive,
+                access_log=self.log.access_log if self.cfg.accesslog else None,
+                access_log_format=self._get_valid_log_format(self.cfg.access_log_format),
+                shutdown_timeout=self.cfg.graceful_timeout / 100 * 95,
+                handler_cancellation=True,
+            )
+
+        self.wsgi = runner
+
+    load_wsgi.__doc__ = "Load the app, to be served with handler_cancellation=True."
+    return load_wsgi
 
 
 def __getattr__(name: str) -> type[Any]:

@@ -321,3 +321,41 @@ def test_the_long_poll_answers_on_every_worker_through_redis(command: list[str])
             asyncio.run(_polls_across_workers(port, 4, 40))
     finally:
         redis_server.kill()
+
+
+@pytest.mark.once  # a server from its command line: the same on every interpreter and build
+@pytest.mark.parametrize("worker", ["AiohttpWorker", "AiohttpUVLoopWorker"])
+def test_a_poll_whose_client_went_away_is_cancelled_under_gunicorn(worker: str) -> None:
+    # The documented command, the long-poll example without Redis: a client opens a 30 s
+    # poll and goes away; its handler is cancelled (handler_cancellation=True) and its wait
+    # leaves the purgatory at once, not at its timeout; and SIGTERM then stops the worker
+    # at once, not after the 30 s.
+    port = free_port()
+    command = ["gunicorn", "examples.longpoll:make_app()", "--workers", "1",
+               "-k", f"aiowheel.gunicorn.{worker}", "--graceful-timeout", "20",
+               "--bind", f"127.0.0.1:{port}"]  # fmt: skip
+
+    def stats() -> dict[str, Any]:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            connection.request("GET", "/stats")
+            result: dict[str, Any] = json.loads(connection.getresponse().read())
+            return result
+        finally:
+            connection.close()
+
+    with served(command, port) as proc:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /poll?topic=gone&wait=30 HTTP/1.1\r\nHost: x\r\n\r\n")
+            deadline = time.monotonic() + 10
+            while stats()["live"] != 1:
+                assert time.monotonic() < deadline, stats()
+                time.sleep(0.05)
+        gone = time.monotonic()  # the client closed its connection
+        while (counters := stats())["live"] != 0:
+            assert time.monotonic() - gone < 10, counters
+            time.sleep(0.05)
+        assert counters["cancelled"] == 1 and counters["expired"] == 0, counters
+        assert time.monotonic() - gone < 10  # not its 30 s
+        stopping = time.monotonic()
+    assert proc.returncode is not None and time.monotonic() - stopping < 15
