@@ -94,7 +94,7 @@ channel re-checks its own waits of ``key`` when the message arrives. The choices
   ``await signals.aclose()``, which publishes what is queued (for up to a second, unless
   Redis is down), stops this loop's tasks and closes their connections; it is final. An
   unreachable server at start is an outage like any other: counted, logged, retried with
-  backoff (50 ms doubling to 2 s, jittered). A stream read blocks 30 s and is given up
+  backoff (50 ms doubling to 1 s, jittered). A stream read blocks 30 s and is given up
   (reconnect) if no answer comes in 60 s; a pub/sub subscriber that hears nothing for 30 s
   sends a PING, and reconnects if 30 s more bring no answer: a connection that died without a word
   (a server paused, a network partition) is noticed within a minute, and the re-check

@@ -48,7 +48,7 @@ __all__ = ["RedisSignals", "RedisSignalsStats"]
 _log: Final = logging.getLogger("aiowheel.redis")
 
 _BACKOFF_MIN: Final = 0.05
-_BACKOFF_MAX: Final = 2.0
+_BACKOFF_MAX: Final = 1.0  # so that a publish or a reader is back within a second of Redis
 _CONNECT_TIMEOUT: Final = 5.0
 _IDLE: Final = 30.0  # a subscriber that hears nothing for this long PINGs, and gives up after two
 _READ_COUNT: Final = 256  # stream entries read at most per XREAD

@@ -634,7 +634,7 @@ def test_a_stream_loses_nothing_across_a_killed_connection_a_blocked_loop_and_a_
     assert not publisher.is_alive()
     assert len(sent) > 200
     assert applied == sent  # none lost, none twice, in order
-    assert recovered < 5.0, recovered  # the publisher's backoff is at most 2 s
+    assert recovered < 4.0, recovered  # the backoff is at most 1 s (a loaded machine: slack)
 
 
 def test_a_receiver_that_raises_even_cancellederror_is_reported_and_the_reader_goes_on(
