@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import inspect
 from typing import Any
 
 from . import loops
+from ._common._aiohttp_worker import cancelling_load_wsgi
 
 # class name -> (module and class of the server's worker, pip package, base loop's name: its
 # factory is aiowheel.loops.factory's)
@@ -74,7 +74,6 @@ def _make(name: str) -> type[Any]:
         config = {**original.CONFIG_KWARGS, "loop": f"aiowheel.loops:{factory_name}"}
         namespace: dict[str, Any] = {"CONFIG_KWARGS": config}
     else:
-        worker_base: Any = importlib.import_module("gunicorn.workers.base").Worker
 
         def init_process(self: Any) -> None:
             # What the original does before gunicorn's own init_process, with our loop; the
@@ -85,46 +84,14 @@ def _make(name: str) -> type[Any]:
                 chosen = loops.factory(asked)
             self.loop = chosen()
             asyncio.set_event_loop(self.loop)
-            worker_base.init_process(self)
+            importlib.import_module("gunicorn.workers.base").Worker.init_process(self)
 
         init_process.__doc__ = "Make the worker's loop-mode loop, then start the worker."
         namespace = {"init_process": init_process}
         if module_name == "aiohttp.worker":
-            namespace["load_wsgi"] = _cancelling_load_wsgi(original)
+            namespace["load_wsgi"] = cancelling_load_wsgi(original)
     namespace.update(__doc__=doc, __module__=__name__, __qualname__=name)
     return type(name, (original,), namespace)
-
-
-def _cancelling_load_wsgi(original: type[Any]) -> Any:
-    """An aiohttp worker's ``load_wsgi``: the app loaded, then served with
-    ``handler_cancellation=True`` (see the module's docstring)."""
-    from aiohttp import web
-
-    def load_wsgi(self: Any) -> None:
-        original.load_wsgi(self)
-        loaded = self.wsgi
-        if not (isinstance(loaded, web.Application) or inspect.iscoroutinefunction(loaded)):
-            return  # aiohttp's worker refuses it, with its own message
-
-        async def runner() -> web.AppRunner:
-            app = loaded if isinstance(loaded, web.Application) else await loaded()
-            if isinstance(app, web.AppRunner):
-                return app
-            # The settings aiohttp's worker gives its own AppRunner, and the flag.
-            return web.AppRunner(
-                app,
-                logger=self.log,
-                keepalive_timeout=self.cfg.keepalive,
-                access_log=self.log.access_log if self.cfg.accesslog else None,
-                access_log_format=self._get_valid_log_format(self.cfg.access_log_format),
-                shutdown_timeout=self.cfg.graceful_timeout / 100 * 95,
-                handler_cancellation=True,
-            )
-
-        self.wsgi = runner
-
-    load_wsgi.__doc__ = "Load the app, to be served with handler_cancellation=True."
-    return load_wsgi
 
 
 def __getattr__(name: str) -> type[Any]:

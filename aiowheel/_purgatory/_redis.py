@@ -18,18 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import random
 import re
 import uuid
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 from ._purgatory import Purgatory
+from ._redis_io import Reading, block_seconds, cancel_not_lost, listen, read, send
 from ._redis_link import Link, cancel_elsewhere
 from ._signals import Signals
 from ._wire import decode_message, encode_messages, wire_item
@@ -51,8 +52,6 @@ _BACKOFF_MIN: Final = 0.05
 _BACKOFF_MAX: Final = 1.0  # so that a publish or a reader is back within a second of Redis
 _CONNECT_TIMEOUT: Final = 5.0
 _IDLE: Final = 30.0  # a subscriber that hears nothing for this long PINGs, and gives up after two
-_READ_COUNT: Final = 256  # stream entries read at most per XREAD
-_SENDERS: Final = 4096  # senders whose last message number is remembered (the oldest forgotten)
 _TRANSPORTS: Final = ("stream", "pubsub")
 
 
@@ -128,30 +127,7 @@ class RedisSignals(Signals):
         transport: str = "stream",
         retention: int = 100_000,
     ) -> None:
-        if client is not None:
-            if url is not None:
-                raise TypeError("RedisSignals(): give a url or client=, not both")
-            if not isinstance(client, aioredis.Redis):
-                raise TypeError(
-                    "RedisSignals(): client must be a redis.asyncio.Redis, got "
-                    f"{type(client).__module__}.{type(client).__qualname__}"
-                )
-        elif url is None:
-            raise TypeError("RedisSignals(): give a url or client= (a redis.asyncio.Redis)")
-        elif not isinstance(url, str):
-            raise TypeError(f"RedisSignals(): url must be a str, got {type(url).__name__}")
-        else:
-            try:
-                aioredis.ConnectionPool.from_url(url)  # parses only: connects nothing
-                parts = urlsplit(url)
-                database = parts.path.lstrip("/")
-                if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
-                    raise ValueError(f"the database must be a number, got {database!r}")
-            except (ValueError, TypeError) as exc:
-                raise ValueError(
-                    f"RedisSignals(): malformed Redis URL {_redacted(url)!r}: "
-                    f"{_scrubbed(str(exc), url)}"
-                ) from None
+        _check_connection(url, client)
         if not isinstance(channel, str) or not channel:
             raise ValueError(f"RedisSignals(): channel must be a non-empty str, got {channel!r}")
         if on_data is not None and not callable(on_data):
@@ -175,8 +151,7 @@ class RedisSignals(Signals):
         self._given = client
         self._transport = transport
         self._retention = retention
-        self._cursor: str | None = None  # the id of the last stream entry read (the process's)
-        self._seen: OrderedDict[str, int] = OrderedDict()  # sender -> last seq applied
+        self._reading = Reading()  # the process's: the state on_data writes is the process's
         self._numbers = 0  # links made (each loop's number in the sender id)
         self._channel = channel
         self._on_data = on_data
@@ -395,6 +370,7 @@ class RedisSignals(Signals):
         client: aioredis.Redis | None = None
         delay = _BACKOFF_MIN
         failing = False
+        transport, retention = self._transport, self._retention
         try:
             while True:
                 if not link.outbox:
@@ -409,8 +385,8 @@ class RedisSignals(Signals):
                         client = self._client()
                     # Bounded here, not by a socket_timeout (see _client).
                     async with asyncio.timeout(_CONNECT_TIMEOUT):
-                        await self._send(client, message)
-                    _cancel_not_lost()
+                        await send(client, transport, self._channel, message, retention)
+                    cancel_not_lost()
                 except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
                 except BaseException as exc:
@@ -439,8 +415,8 @@ class RedisSignals(Signals):
     # -- subscribing ---------------------------------------------------------------------------
 
     async def _subscribe(self, purgatory: Any, link: Link) -> None:
-        """The loop's subscriber: connect, then read the stream (:meth:`_read`) or listen to the
-        channel (:meth:`_listen`); on any failure, count it, log it once per outage, and
+        """The loop's subscriber: connect, then read the stream or listen to the channel
+        (:mod:`._redis_io`); on any failure, count it, log it once per outage, and
         reconnect after a backoff (from the shortest again once a connection worked)."""
         delay = _BACKOFF_MIN
         try:
@@ -449,14 +425,17 @@ class RedisSignals(Signals):
                 pubsub: Any = None
                 subscribes = self._counts["subscribes"]
                 try:
+                    client = self._client()
+                    receive = functools.partial(self._receive, purgatory, link)
+                    connected = functools.partial(self._subscribed, purgatory, link)
                     if self._transport == "stream":
-                        client = self._client()
-                        await self._read(purgatory, link, client)
+                        block = block_seconds(client, self._given is not None, self._idle)
+                        args = (self._reading, self._idle, block, receive, connected)
+                        await read(client, self._channel, *args)
                     else:
-                        client = self._client()
                         pubsub = client.pubsub()
                         await pubsub.subscribe(self._channel)
-                        await self._listen(purgatory, link, pubsub)
+                        await listen(pubsub, self._idle, receive, connected)
                 except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
                 except BaseException as exc:
@@ -492,71 +471,6 @@ class RedisSignals(Signals):
             _log.warning("aiowheel.redis: subscribed to %r again", self._channel)
         self._recheck_all(purgatory, link)
 
-    async def _read(self, purgatory: Any, link: Link, client: aioredis.Redis) -> None:
-        """Read the stream from the cursor until the connection fails. The first connect of
-        the process starts at the stream's end (history is not replayed); every read after
-        starts where the last one stopped, so what was added meanwhile is read now. The first
-        read of a connection does not block: its answer proves the connection (connected,
-        and every live key re-checked, after what it brought is applied). A blocking read
-        waits up to the idle time; an answer that does not come within twice that (a server
-        paused, a partition) fails the read and reconnects."""
-        key = self._channel
-        if self._cursor is None:
-            last = await client.xrevrange(key, count=1)
-            self._cursor = _text(last[0][0]) if last else "0-0"
-        block: int | None = None
-        while True:
-            # An answer that does not come within twice the blocking time (a server paused,
-            # a partition) fails the read (TimeoutError) and the subscriber reconnects.
-            async with asyncio.timeout(2 * self._idle):
-                reply = await client.xread({key: self._cursor}, count=_READ_COUNT, block=block)
-            _cancel_not_lost()
-            for entry_id, entry in _entries(reply):
-                self._cursor = _text(entry_id)
-                payload = entry.get(b"m", entry.get("m")) if isinstance(entry, dict) else None
-                self._receive(purgatory, link, payload)
-            if block is None:
-                self._subscribed(purgatory, link)
-                block = max(1, int(self._block_seconds(client) * 1000))
-
-    def _block_seconds(self, client: aioredis.Redis) -> float:
-        """How long a read blocks: the idle time, within half a given client's socket
-        timeout (a read that outlasts it would fail as if the server were gone)."""
-        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
-        if self._given is not None and isinstance(timeout, int | float) and timeout > 0:
-            return min(self._idle, timeout / 2)
-        return self._idle
-
-    async def _send(self, client: aioredis.Redis, message: bytes) -> None:
-        """Publish one message: an entry of the stream (trimmed to about ``retention``
-        entries) or a message on the channel."""
-        if self._transport == "stream":
-            await client.xadd(
-                self._channel, {"m": message}, maxlen=self._retention, approximate=True
-            )
-        else:
-            await client.publish(self._channel, message)
-
-    async def _listen(self, purgatory: Any, link: Link, pubsub: Any) -> None:
-        """Read the channel until the connection fails: on the subscription's confirmation
-        (each connect) re-check every live key; on a message, its keys. A quiet connection is
-        PINGed, and given up (ConnectionError) if a second quiet spell brings no answer."""
-        pinged = False
-        while True:
-            message = await pubsub.get_message(timeout=self._idle)
-            if message is None:  # quiet: is the server still there?
-                if pinged:
-                    raise ConnectionError(f"no answer to PING in {self._idle:g} s")
-                pinged = True
-                await pubsub.ping()
-                continue
-            pinged = False
-            kind = message.get("type")
-            if kind == "message":
-                self._receive(purgatory, link, message.get("data"))
-            elif kind == "subscribe":
-                self._subscribed(purgatory, link)
-
     def _recheck_all(self, purgatory: Any, link: Link) -> None:
         """On (re)connect: what was published while not connected may be lost (pub/sub; a
         stream restarted empty or trimmed past the cursor), so every key with live waits here
@@ -578,15 +492,9 @@ class RedisSignals(Signals):
         if sender.partition(".")[0] == self._sender():
             self._counts["echoes"] += 1
             return
-        seen = self._seen
-        last = seen.get(sender)
-        if last is not None and seq <= last:
+        if not self._reading.first(sender, seq):
             self._counts["duplicates"] += 1
             return
-        seen[sender] = seq
-        seen.move_to_end(sender)
-        if len(seen) > _SENDERS:
-            seen.popitem(last=False)
         self._counts["received"] += 1
         on_data = self._on_data
         here = purgatory._loop is link.loop
@@ -615,28 +523,33 @@ class RedisSignals(Signals):
                 await client.aclose()
 
 
-def _cancel_not_lost() -> None:
-    """Raise CancelledError if this task was cancelled and the cancellation got lost on its
-    way: a client given with a socket_timeout sends under asyncio.wait_for, which on 3.11 can
-    swallow a cancellation landing as the send completes; the command then goes on (a read
-    blocks up to half that timeout) and this check, after it, ends the task as asked."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-
-
-def _text(value: object) -> str:
-    """A stream id as redis-py gives it (bytes, or str with decode_responses) as a str."""
-    return value.decode("ascii") if isinstance(value, bytes) else str(value)
-
-
-def _entries(reply: object) -> Iterable[tuple[object, object]]:
-    """The (id, fields) entries of an XREAD reply of one stream: a list of [key, entries]
-    (RESP2) or a dict of key: entries (RESP3); nothing on a timeout."""
-    if not reply:
-        return ()
-    streams: Any = reply.values() if isinstance(reply, dict) else [s[1] for s in reply]  # type: ignore[attr-defined]
-    return [(entry[0], entry[1]) for entries in streams for entry in entries]
+def _check_connection(url: object, client: object) -> None:
+    """RedisSignals' ``url`` or ``client=`` (exactly one of them), or the error naming what is
+    wrong: a URL redis-py cannot read (its passwords hidden), a client of another type."""
+    if client is not None:
+        if url is not None:
+            raise TypeError("RedisSignals(): give a url or client=, not both")
+        if not isinstance(client, aioredis.Redis):
+            raise TypeError(
+                "RedisSignals(): client must be a redis.asyncio.Redis, got "
+                f"{type(client).__module__}.{type(client).__qualname__}"
+            )
+    elif url is None:
+        raise TypeError("RedisSignals(): give a url or client= (a redis.asyncio.Redis)")
+    elif not isinstance(url, str):
+        raise TypeError(f"RedisSignals(): url must be a str, got {type(url).__name__}")
+    else:
+        try:
+            aioredis.ConnectionPool.from_url(url)  # parses only: connects nothing
+            parts = urlsplit(url)
+            database = parts.path.lstrip("/")
+            if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
+                raise ValueError(f"the database must be a number, got {database!r}")
+        except (ValueError, TypeError) as exc:
+            raise ValueError(
+                f"RedisSignals(): malformed Redis URL {_redacted(url)!r}: "
+                f"{_scrubbed(str(exc), url)}"
+            ) from None
 
 
 # The password of a URL, in each form redis-py reads it: userinfo ("redis://:PASS@",
