@@ -359,3 +359,60 @@ def test_a_poll_whose_client_went_away_is_cancelled_under_gunicorn(worker: str) 
         assert time.monotonic() - gone < 10  # not its 30 s
         stopping = time.monotonic()
     assert proc.returncode is not None and time.monotonic() - stopping < 15
+
+
+@pytest.mark.once  # a server from its command line: the same on every interpreter and build
+def test_a_message_published_while_redis_is_down_answers_every_worker_s_polls() -> None:
+    # Issue 62's outage: gunicorn -w 4 with the long-poll example, 40 polls waiting across the
+    # workers, Redis SIGKILLed (no persistence), one publish while it is down, Redis restarted
+    # empty. The publishing worker answers its own polls at once and queues the message; once
+    # Redis is back it is published, and every other worker, reading from its last id, reads
+    # it: every poll is answered with it (pub/sub answered 1 to 4 of 12).
+    import aiohttp
+
+    redis_server = RedisServer(need_redis())
+    redis_server.start()
+    port = free_port()
+    command = ["gunicorn", "examples.longpoll:make_app()", "--workers", "4",
+               "-k", "aiowheel.gunicorn.AiohttpWorker", "--graceful-timeout", "5",
+               "--bind", f"127.0.0.1:{port}"]  # fmt: skip
+
+    async def outage() -> float:
+        url = f"http://127.0.0.1:{port}"
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as client:
+            connected: set[int] = set()
+            deadline = time.monotonic() + 30
+            while len(connected) < 4:
+                assert time.monotonic() < deadline, f"connected workers: {connected}"
+                async with client.get(f"{url}/stats") as response:
+                    stats = await response.json()
+                if stats["redis"]["connected"]:
+                    connected.add(stats["pid"])
+
+            async def poll() -> tuple[int, Any]:
+                async with client.get(f"{url}/poll?topic=outage&wait=25") as response:
+                    return response.status, await response.json()
+
+            polls = [asyncio.ensure_future(poll()) for _ in range(40)]
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(redis_server.kill)
+            await asyncio.sleep(0.3)
+            async with client.post(f"{url}/publish?topic=outage", data="while down") as response:
+                publisher = (await response.json())["pid"]
+            await asyncio.sleep(1.0)
+            assert not all(task.done() for task in polls)  # the other workers' wait for Redis
+            await asyncio.to_thread(redis_server.start)
+            back = time.monotonic()
+            answers = await asyncio.gather(*polls)
+            assert all(status == 200 for status, _ in answers), answers
+            assert all(body["messages"] == ["while down"] for _, body in answers), answers
+            assert {body["pid"] for _, body in answers} - {publisher}, answers  # other workers
+            return time.monotonic() - back
+
+    try:
+        with served(command, port, REDIS_URL=redis_server.url):
+            recovered = asyncio.run(outage())
+    finally:
+        redis_server.kill()
+    assert recovered < 5.0, recovered  # every poll answered within seconds of Redis
