@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from tests.support import RedisServer, need_redis
+from .redis_signals import start_redis
 
 WORKER = """
 import asyncio, json, sys, time
@@ -40,7 +40,7 @@ async def main():
     print("ready", flush=True)
     end = sys.stdin.readline  # the driver says when the publisher is done
     await asyncio.to_thread(end)
-    await asyncio.sleep(3.0)  # late ones, after the publisher flushed
+    await asyncio.sleep(1.0)  # late ones, after the publisher flushed
     print(json.dumps(applied), flush=True)
     await signals.aclose()
 
@@ -87,21 +87,40 @@ def _ms(values: list[float], fraction: float) -> float:
     return 1000 * ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else 0.0
 
 
+def _restart(server: subprocess.Popen[bytes], url: str) -> subprocess.Popen[bytes]:
+    """redis-server again, on ``url``'s port, answering PING (SIGKILL leaves nothing behind)."""
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    args = [str(arg) for arg in server.args]  # type: ignore[union-attr]
+    args[args.index("--port") + 1] = port
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis.from_url(url)
+    for _ in range(500):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.01)
+    client.close()
+    return proc
+
+
 def measure(transport: str, workers: int, seconds: float) -> dict[str, Any]:
     """One run of ``transport`` through an outage: the figures of each phase."""
     count = int(seconds / 0.005)
-    server = RedisServer(need_redis())
-    server.start()
-    readers = [_run(WORKER, server.url, transport, str(count)) for _ in range(workers)]
+    server, url = start_redis()
+    readers = [_run(WORKER, url, transport, str(count)) for _ in range(workers)]
     try:
         for reader in readers:
             assert reader.stdout is not None and reader.stdout.readline() == "ready\n"
-        publisher = _run(PUBLISHER, server.url, transport, str(count))
+        publisher = _run(PUBLISHER, url, transport, str(count))
         time.sleep(seconds / 3)
         server.kill()
+        server.wait()
         killed = time.time()
         time.sleep(1.0)
-        server.start()
+        server = _restart(server, url)
         back = time.time()
         sent: list[float] = json.loads(publisher.communicate(timeout=60)[0])
         applied = []
@@ -113,6 +132,7 @@ def measure(transport: str, workers: int, seconds: float) -> dict[str, Any]:
             if proc.poll() is None:
                 proc.kill()
         server.kill()
+        server.wait()
     phases: dict[str, dict[str, Any]] = {}
     for phase, low, high in (
         ("before", 0.0, killed),
@@ -144,12 +164,12 @@ def measure(transport: str, workers: int, seconds: float) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.signals_outage", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a smoke run (3 s each)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (2 s each)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
-    seconds = args.seconds or (3.0 if args.quick else 6.0)
+    seconds = args.seconds or (2.0 if args.quick else 6.0)
     results = {}
     print(f"bench.signals_outage: {args.workers} workers, 200 signals/s for {seconds:g} s, "
           "Redis SIGKILLed for 1 s (no persistence)")  # fmt: skip
