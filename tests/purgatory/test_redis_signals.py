@@ -716,3 +716,88 @@ def _signals_client(client: Any, **options: Any) -> Any:
     from aiowheel.redis import RedisSignals
 
     return RedisSignals(client=client, channel="given", **options)
+
+
+def _message(sender: str, seq: int, key: str, data: str) -> str:
+    """A well-formed message, written by hand (as another process would send it)."""
+    return json.dumps(["aiowheel", 2, sender, seq, [[key, data]]])
+
+
+def test_a_reader_starts_at_the_stream_s_end_and_the_stream_keeps_about_its_retention(
+    server: RedisServer,
+) -> None:
+    # History is not replayed: what the stream held before the process first read is not
+    # applied; what comes after is. And the stream is trimmed to about `retention` entries
+    # (MAXLEN ~: whole nodes of 100 entries, so at least that many and not much more).
+    import redis
+
+    channel = "history"
+    raw = redis.Redis.from_url(server.url)
+    for seq in range(5):
+        raw.xadd(channel, {"m": _message("old.1", seq, "k", f"old {seq}")})
+    applied: list[str] = []
+
+    async def main() -> None:
+        signals = _signals(server.url, channel, on_data=lambda k, d: applied.append(d))
+        aiowheel.Purgatory(signals=signals)
+        await asyncio.wait_for(signals.start(), 5)
+        await asyncio.to_thread(raw.xadd, channel, {"m": _message("new.1", 0, "k", "new")})
+        await _until(lambda: applied == ["new"])
+        await signals.aclose()
+        sending = _signals(server.url, channel, retention=10)
+        aiowheel.Purgatory(signals=sending)
+        for number in range(1000):  # one message each
+            sending.send("n", str(number))
+            await asyncio.sleep(0)
+        await asyncio.wait_for(sending.flush(), 10)
+        await sending.aclose()
+
+    try:
+        asyncio.run(main())
+        assert applied == ["new"]
+        assert 10 <= raw.xlen(channel) <= 10 + 200, raw.xlen(channel)
+    finally:
+        raw.close()
+
+
+def test_what_a_redis_restarted_empty_lost_is_lost_and_the_waits_are_rechecked() -> None:
+    # The documented limit: a message added while a reader is away, and Redis restarted
+    # empty (no persistence) before it came back: that message is gone for it (Redis lost
+    # it), and its live waits are re-checked on the reconnect, so a wait whose state
+    # changed meanwhile completes anyway; what is sent after the restart arrives.
+    import redis
+
+    server = RedisServer(need_redis())
+    server.start()
+    channel = "empty"
+    applied: list[str] = []
+    state: dict[str, bool] = {}
+
+    async def main() -> None:
+        signals = _signals(server.url, channel, on_data=lambda k, d: applied.append(d))
+        purgatory = aiowheel.Purgatory(signals=signals)
+        waiting = purgatory.wait(["w"], lambda: state.get("w"), 10)
+        await asyncio.wait_for(signals.start(), 5)
+        # All with this loop blocked, so the reader cannot reconnect in between: Redis killed,
+        # back, given a message, killed again before the reader could read it, back empty.
+        server.kill()
+        server.start()
+        raw = redis.Redis.from_url(server.url)
+        raw.xadd(channel, {"m": _message("other.1", 0, "k", "lost")})
+        raw.close()
+        server.kill()
+        server.start()  # empty
+        state["w"] = True  # changed meanwhile; its signal was in what Redis lost
+        assert await waiting is True  # the re-check on reconnect
+        raw = redis.Redis.from_url(server.url)
+        await asyncio.to_thread(raw.xadd, channel, {"m": _message("other.1", 1, "k", "after")})
+        raw.close()
+        await _until(lambda: applied == ["after"])
+        assert signals.stats().connect_errors >= 1
+        await signals.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.kill()
+    assert applied == ["after"]
