@@ -16,6 +16,14 @@ overrides that and nothing private:
   set it as the thread's loop, where the original made its own, then run gunicorn's
   ``Worker.init_process``. aiohttp's uvloop worker installs uvloop's event loop *policy*,
   which 3.14 deprecates; this one does not.
+- ``AiohttpWorker`` / ``AiohttpUVLoopWorker`` also cancel a handler whose client went away
+  (``handler_cancellation=True``, aiohttp's own flag, False by default): a long poll whose
+  client left ends at once, its wait leaving the purgatory, instead of waiting out its
+  timeout for nobody (and holding the worker's graceful shutdown until then). aiohttp's
+  worker takes no such setting, so ``load_wsgi`` (gunicorn's public hook that loads the
+  app) hands it an app factory returning an ``AppRunner`` made with the flag and the
+  worker's own settings (logger, keep-alive, access log and its format, shutdown timeout).
+  An app factory that returns its own ``AppRunner`` is left as it is.
 
 The servers are imported when a class is first used, so ``import aiowheel.gunicorn`` needs none
 of them; a class whose server is missing raises ImportError naming what to install.
@@ -28,6 +36,7 @@ import importlib
 from typing import Any
 
 from . import loops
+from ._common._aiohttp_worker import cancelling_load_wsgi
 
 # class name -> (module and class of the server's worker, pip package, base loop's name: its
 # factory is aiowheel.loops.factory's)
@@ -65,7 +74,6 @@ def _make(name: str) -> type[Any]:
         config = {**original.CONFIG_KWARGS, "loop": f"aiowheel.loops:{factory_name}"}
         namespace: dict[str, Any] = {"CONFIG_KWARGS": config}
     else:
-        worker_base: Any = importlib.import_module("gunicorn.workers.base").Worker
 
         def init_process(self: Any) -> None:
             # What the original does before gunicorn's own init_process, with our loop; the
@@ -76,10 +84,12 @@ def _make(name: str) -> type[Any]:
                 chosen = loops.factory(asked)
             self.loop = chosen()
             asyncio.set_event_loop(self.loop)
-            worker_base.init_process(self)
+            importlib.import_module("gunicorn.workers.base").Worker.init_process(self)
 
         init_process.__doc__ = "Make the worker's loop-mode loop, then start the worker."
         namespace = {"init_process": init_process}
+        if module_name == "aiohttp.worker":
+            namespace["load_wsgi"] = cancelling_load_wsgi(original)
     namespace.update(__doc__=doc, __module__=__name__, __qualname__=name)
     return type(name, (original,), namespace)
 

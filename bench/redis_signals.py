@@ -1,6 +1,6 @@
 """A Purgatory's signals across processes through Redis (issue 51, :mod:`aiowheel.redis`).
 
-``python -m bench.redis_signals [--quick] [--url URL] [--json PATH]``
+``python -m bench.redis_signals [--quick] [--url URL] [--transport stream|pubsub] [--json PATH]``
 
 The workload: ``--workers`` (4) processes each park ``--ops`` (10,000) waiting operations on
 ``--keys`` (1,000) keys (10 per key, each awaited by a task; deadlines 60 s), on one channel of
@@ -52,9 +52,10 @@ import aiowheel
 from aiowheel.redis import RedisSignals
 
 url, channel, ops, keys = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-deadline = float(sys.argv[5])
+deadline, transport = float(sys.argv[5]), sys.argv[6]
 sent = {}
-signals = RedisSignals(url, channel=channel, on_data=lambda key, data: sent.__setitem__(key, data))
+signals = RedisSignals(url, channel=channel, transport=transport,
+                       on_data=lambda key, data: sent.__setitem__(key, data))
 purgatory = aiowheel.Purgatory(signals=signals)
 latencies, completions = [], [0] * ops
 
@@ -137,13 +138,15 @@ async def round_trip(url: str, count: int) -> dict[str, float]:
     return {"p50_ms": _ms(_percentile(times, 0.5)), "p99_ms": _ms(_percentile(times, 0.99))}
 
 
-async def publish(url: str, keys: int, rate: float, burst: int) -> dict[str, float]:
+async def publish(
+    url: str, keys: int, rate: float, burst: int, transport: str = "stream"
+) -> dict[str, float]:
     """Each key once at ``rate`` per second (with its send time), then ``burst`` keys flat
     out: signals per second until flushed."""
     from aiowheel.redis import RedisSignals
 
     # A queue that holds the whole burst: the rate is of signals published, none dropped.
-    signals = RedisSignals(url, channel=CHANNEL, max_pending=keys + burst)
+    signals = RedisSignals(url, channel=CHANNEL, max_pending=keys + burst, transport=transport)
     purgatory = aiowheel.Purgatory(signals=signals)
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -200,6 +203,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rate", type=float, default=1000.0, help="signals per second")
     parser.add_argument("--burst", type=int, default=None, help="signals for the publish rate")
     parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--transport", default="stream", choices=["stream", "pubsub"])
     args = parser.parse_args(argv)
     workers = args.workers or (2 if args.quick else 4)
     ops = args.ops or (1_000 if args.quick else 10_000)
@@ -226,6 +230,7 @@ def main(argv: list[str]) -> int:
                         str(ops),
                         str(keys),
                         str(DEADLINE),
+                        args.transport,
                     ],
                     stdout=subprocess.PIPE,
                     text=True,
@@ -238,7 +243,7 @@ def main(argv: list[str]) -> int:
             if line != "ready\n":
                 raise SystemExit(f"bench.redis_signals: a worker did not start: {line!r}")
         rtt = asyncio.run(round_trip(url, 2_000))
-        published = asyncio.run(publish(url, keys, args.rate, burst))
+        published = asyncio.run(publish(url, keys, args.rate, burst, args.transport))
         outs = [json.loads(proc.communicate(timeout=DEADLINE + 30)[0]) for proc in procs]
         asyncio.run(memory_per_op(None, ops, keys))  # a warm-up: free lists, tables
         measured: dict[str | None, list[float]] = {None: [], url: []}

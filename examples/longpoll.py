@@ -21,8 +21,9 @@ them in Redis or a database, and sends only the key)::
         --bind 127.0.0.1:8080 'examples.longpoll:make_app()'
 
 A client that goes away cancels its handler, because ``main`` runs the app with
-``handler_cancellation=True`` (aiohttp's default is False: a handler runs to its end whatever
-its client does, and a long poll would wait out its 30 s for nobody). Its wait leaves the
+``handler_cancellation=True``, and so do ``aiowheel.gunicorn``'s aiohttp workers (aiohttp's
+default is False: a handler runs to its end whatever its client does, and a long poll would
+wait out its 30 s for nobody). Its wait leaves the
 purgatory at once, timer and all: ``/stats`` shows it ``cancelled``, no longer ``live``.
 """
 

@@ -263,11 +263,13 @@ def need_redis() -> str:
 
 
 class RedisServer:
-    """A real ``redis-server`` on 127.0.0.1:``port``, no persistence; :meth:`start` again on
-    the same port after :meth:`kill` (the reconnect tests)."""
+    """A real ``redis-server`` on 127.0.0.1:``port``, no persistence unless given a directory
+    (``persist``: an append-only file, fsynced at each write); :meth:`start` again on the same
+    port after :meth:`kill` (the reconnect tests)."""
 
-    def __init__(self, binary: str, port: int | None = None) -> None:
+    def __init__(self, binary: str, port: int | None = None, persist: str | None = None) -> None:
         self.binary = binary
+        self.persist = persist  # a directory: an append-only file there, fsynced at each write
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
@@ -279,7 +281,12 @@ class RedisServer:
         self.process = subprocess.Popen(
             [
                 *(self.binary, "--port", str(self.port), "--bind", "127.0.0.1"),
-                *("--save", "", "--appendonly", "no", "--loglevel", "warning"),
+                *("--save", "", "--loglevel", "warning"),
+                *(
+                    ("--appendonly", "no")
+                    if self.persist is None
+                    else ("--appendonly", "yes", "--appendfsync", "always", "--dir", self.persist)
+                ),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -1,6 +1,16 @@
-"""A purgatory's signals through Redis pub/sub, :mod:`aiowheel.redis` (whose docstring is the
-user's guide): ``RedisSignals``, the connection logic over :mod:`._redis_link`'s per-loop
-link and :mod:`._wire`'s messages.
+"""A purgatory's signals through Redis, :mod:`aiowheel.redis` (whose docstring is the user's
+guide): ``RedisSignals``, the connection logic over :mod:`._redis_link`'s per-loop link and
+:mod:`._wire`'s messages.
+
+Two transports. ``"stream"`` (the default): each message is an entry of a Redis stream
+(``XADD ... MAXLEN ~ retention``), and the process's reader reads it with ``XREAD BLOCK`` from
+the id of the last entry it read (its cursor, one per RedisSignals: the state ``on_data``
+writes is the process's, whatever loop runs the reader), so a reconnect, a blocked loop or a
+publish that lands after a restart loses nothing the stream still holds; each message carries
+``(sender, seq)``, and a reader applies a sender's message only if its seq is past the last
+one it applied from that sender, so a message published twice (its first answer lost in an
+outage) runs ``on_data`` once. ``"pubsub"``: the same messages on a pub/sub channel, at most
+once (kept for those whose checks read their state elsewhere and want nothing kept in Redis).
 """
 
 from __future__ import annotations
@@ -8,16 +18,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import random
+import re
 import uuid
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ._purgatory import Purgatory
+from ._redis_io import Reading, block_seconds, cancel_not_lost, listen, read, send
 from ._redis_link import Link, cancel_elsewhere
 from ._signals import Signals
 from ._wire import decode_message, encode_messages, wire_item
@@ -36,9 +49,10 @@ __all__ = ["RedisSignals", "RedisSignalsStats"]
 _log: Final = logging.getLogger("aiowheel.redis")
 
 _BACKOFF_MIN: Final = 0.05
-_BACKOFF_MAX: Final = 2.0
+_BACKOFF_MAX: Final = 1.0  # so that a publish or a reader is back within a second of Redis
 _CONNECT_TIMEOUT: Final = 5.0
 _IDLE: Final = 30.0  # a subscriber that hears nothing for this long PINGs, and gives up after two
+_TRANSPORTS: Final = ("stream", "pubsub")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +65,8 @@ class RedisSignalsStats:
     """Messages published (each one loop iteration's keys, up to 512)."""
     received: int
     """Messages from other processes received and applied."""
+    duplicates: int
+    """Messages received again (published twice after a lost answer), not applied again."""
     echoes: int
     """This process's own messages heard back, ignored (it re-checked locally)."""
     foreign: int
@@ -60,9 +76,10 @@ class RedisSignalsStats:
     publish_errors: int
     """Failed publish attempts (each retried after a backoff)."""
     connect_errors: int
-    """Failures of the subscriber's connection (each followed by a reconnect)."""
+    """Failures of the subscriber's (the stream reader's) connection (each followed by a
+    reconnect)."""
     subscribes: int
-    """Subscriptions confirmed (the first, then one per reconnect)."""
+    """Connections of the subscriber that worked (the first, then one per reconnect)."""
     rechecks: int
     """Keys re-checked because a message named them or because the subscriber (re)connected."""
     data_errors: int
@@ -76,15 +93,20 @@ _COUNTERS: Final = tuple(field.name for field in fields(RedisSignalsStats))[:-1]
 
 
 class RedisSignals(Signals):
-    """Signals of a :class:`aiowheel.Purgatory` that reach every process subscribed to one
-    Redis pub/sub ``channel`` (give it as ``Purgatory(signals=...)``; one purgatory each).
+    """Signals of a :class:`aiowheel.Purgatory` that reach every process reading one Redis
+    stream (or pub/sub channel) named ``channel`` (give it as ``Purgatory(signals=...)``; one
+    purgatory each).
 
-    ``url`` is a redis-py URL (``redis://host:port/db``, ``rediss://`` for TLS,
-    ``unix:///path``); nothing connects until a loop uses the purgatory (a malformed URL
-    raises ValueError here). ``on_data(key, data)``, if given, applies the data of
-    :meth:`send` in every process, this one included, before that process re-checks ``key``.
-    At most ``max_pending`` keys per loop wait to be published (the oldest are dropped past
-    it, counted). The design and its reasons: :mod:`aiowheel.redis`.
+    Give either ``url``, a redis-py URL (``redis://host:port/db``, ``rediss://`` for TLS,
+    ``unix:///path``), or ``client``, a ``redis.asyncio.Redis`` you configured (TLS, an ACL
+    user, Sentinel's ``master_for``), used as it is and never closed here; nothing connects
+    until a loop uses the purgatory (a malformed URL raises ValueError here).
+    ``on_data(key, data)``, if given, applies the data of :meth:`send` in every process, this
+    one included, before that process re-checks ``key``. At most ``max_pending`` keys per loop
+    wait to be published (the oldest are dropped past it, counted). ``transport`` is
+    ``"stream"`` (at-least-once delivery, each message applied once; the stream keeps about
+    ``retention`` messages, ``XADD MAXLEN ~``) or ``"pubsub"`` (at most once). The design and
+    its reasons: :mod:`aiowheel.redis`.
 
     >>> signals = RedisSignals("redis://localhost:6379", channel="orders")
     >>> purgatory = aiowheel.Purgatory(signals=signals)
@@ -96,24 +118,16 @@ class RedisSignals(Signals):
 
     def __init__(
         self,
-        url: str,
+        url: str | None = None,
         *,
+        client: aioredis.Redis | None = None,
         channel: str = "aiowheel",
         on_data: Callable[[Any, str | bytes], object] | None = None,
         max_pending: int = 10_000,
+        transport: str = "stream",
+        retention: int = 100_000,
     ) -> None:
-        if not isinstance(url, str):
-            raise TypeError(f"RedisSignals(): url must be a str, got {type(url).__name__}")
-        try:
-            aioredis.ConnectionPool.from_url(url)  # parses only: connects nothing
-            parts = urlsplit(url)
-            database = parts.path.lstrip("/")
-            if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
-                raise ValueError(f"the database must be a number, got {database!r}")
-        except (ValueError, TypeError) as exc:
-            raise ValueError(
-                f"RedisSignals(): malformed Redis URL {_redacted(url)!r}: {exc}"
-            ) from None
+        _check_connection(url, client)
         if not isinstance(channel, str) or not channel:
             raise ValueError(f"RedisSignals(): channel must be a non-empty str, got {channel!r}")
         if on_data is not None and not callable(on_data):
@@ -124,7 +138,21 @@ class RedisSignals(Signals):
             raise ValueError(
                 f"RedisSignals(): max_pending must be an int >= 1, got {max_pending!r}"
             )
+        if transport not in _TRANSPORTS:
+            raise ValueError(
+                f"RedisSignals(): transport must be 'stream' or 'pubsub', got {transport!r}"
+            )
+        if isinstance(retention, bool) or not isinstance(retention, int) or retention < 1:
+            raise ValueError(
+                "RedisSignals(): retention (messages the stream keeps) must be an int >= 1, "
+                f"got {retention!r}"
+            )
         self._url = url
+        self._given = client
+        self._transport = transport
+        self._retention = retention
+        self._reading = Reading()  # the process's: the state on_data writes is the process's
+        self._numbers = 0  # links made (each loop's number in the sender id)
         self._channel = channel
         self._on_data = on_data
         self._max_pending = max_pending
@@ -137,12 +165,18 @@ class RedisSignals(Signals):
 
     @property
     def channel(self) -> str:
-        """The pub/sub channel (the application's namespace on the server)."""
+        """The stream's key (or the pub/sub channel): the application's namespace on the
+        server."""
         return self._channel
+
+    @property
+    def transport(self) -> str:
+        """``"stream"`` (at-least-once, each message applied once) or ``"pubsub"``."""
+        return self._transport
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<RedisSignals channel={self._channel!r} {state}>"
+        return f"<RedisSignals {self._transport} channel={self._channel!r} {state}>"
 
     def stats(self) -> RedisSignalsStats:
         """Counters: keys sent, messages published and received, echoes and foreign messages
@@ -285,7 +319,8 @@ class RedisSignals(Signals):
         if link is None:
             for other in [other for other in self._links if other.is_closed()]:
                 del self._links[other]
-            link = self._links[loop] = Link(loop)
+            self._numbers += 1
+            link = self._links[loop] = Link(loop, self._numbers)
         return link
 
     def _sender(self) -> str:
@@ -303,7 +338,8 @@ class RedisSignals(Signals):
         items, link.batch = link.batch, []
         if not items or self._closed:
             return
-        messages = encode_messages(self._sender(), items)
+        messages = encode_messages(f"{self._sender()}.{link.number}", link.seq, items)
+        link.seq += len(messages)
         self._counts["dropped"] += link.queue(messages, self._max_pending)
         if link.publisher is None or link.publisher.done():
             link.publisher = link.loop.create_task(
@@ -312,10 +348,19 @@ class RedisSignals(Signals):
         link.wake.set()
 
     def _client(self, **options: Any) -> aioredis.Redis:
+        """A client of its own for a task (closed by it), or the one given (never closed)."""
+        if self._given is not None:
+            return self._given
+        assert self._url is not None
         return aioredis.Redis.from_url(
             self._url,
             retry=Retry(NoBackoff(), 0),  # the reconnecting is ours: counted and backed off
             socket_connect_timeout=_CONNECT_TIMEOUT,
+            # None, not redis-py's default (5 s): with a socket_timeout, redis-py sends under
+            # asyncio.wait_for, whose 3.11 version can swallow a cancellation that lands as
+            # the send completes (aclose and asyncio.run's end then hang); the tasks bound
+            # their commands with asyncio.timeout instead.
+            socket_timeout=None,
             socket_keepalive=True,
             **options,
         )
@@ -325,6 +370,7 @@ class RedisSignals(Signals):
         client: aioredis.Redis | None = None
         delay = _BACKOFF_MIN
         failing = False
+        transport, retention = self._transport, self._retention
         try:
             while True:
                 if not link.outbox:
@@ -336,8 +382,11 @@ class RedisSignals(Signals):
                 message, count = link.outbox[0]
                 try:
                     if client is None:
-                        client = self._client(socket_timeout=_CONNECT_TIMEOUT)
-                    await client.publish(self._channel, message)
+                        client = self._client()
+                    # Bounded here, not by a socket_timeout (see _client).
+                    async with asyncio.timeout(_CONNECT_TIMEOUT):
+                        await send(client, transport, self._channel, message, retention)
+                    cancel_not_lost()
                 except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
                 except BaseException as exc:
@@ -346,7 +395,7 @@ class RedisSignals(Signals):
                     if not failing:
                         failing = True
                         _log.warning("aiowheel.redis: cannot publish on %r: %r", self._channel, exc)
-                    await _closed(client)
+                    await self._close_client(client)
                     client = None
                     await asyncio.sleep(delay * random.uniform(0.5, 1.0))
                     delay = min(delay * 2, _BACKOFF_MAX)
@@ -361,14 +410,14 @@ class RedisSignals(Signals):
                     delay = _BACKOFF_MIN
                     _log.warning("aiowheel.redis: publishing on %r again", self._channel)
         finally:
-            await _closed(client)
+            await self._close_client(client)
 
     # -- subscribing ---------------------------------------------------------------------------
 
     async def _subscribe(self, purgatory: Any, link: Link) -> None:
-        """The loop's subscriber: connect, subscribe and listen (:meth:`_listen`); on any
-        failure, count it, log it once per outage, and reconnect after a backoff (from the
-        shortest again once a connection was subscribed)."""
+        """The loop's subscriber: connect, then read the stream or listen to the channel
+        (:mod:`._redis_io`); on any failure, count it, log it once per outage, and
+        reconnect after a backoff (from the shortest again once a connection worked)."""
         delay = _BACKOFF_MIN
         try:
             while True:
@@ -377,9 +426,16 @@ class RedisSignals(Signals):
                 subscribes = self._counts["subscribes"]
                 try:
                     client = self._client()
-                    pubsub = client.pubsub()
-                    await pubsub.subscribe(self._channel)
-                    await self._listen(purgatory, link, pubsub)
+                    receive = functools.partial(self._receive, purgatory, link)
+                    connected = functools.partial(self._subscribed, purgatory, link)
+                    if self._transport == "stream":
+                        block = block_seconds(client, self._given is not None, self._idle)
+                        args = (self._reading, self._idle, block, receive, connected)
+                        await read(client, self._channel, *args)
+                    else:
+                        pubsub = client.pubsub()
+                        await pubsub.subscribe(self._channel)
+                        await listen(pubsub, self._idle, receive, connected)
                 except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
                     raise
                 except BaseException as exc:
@@ -397,7 +453,7 @@ class RedisSignals(Signals):
                     if pubsub is not None:
                         with contextlib.suppress(Exception):
                             await pubsub.aclose()
-                    await _closed(client)
+                    await self._close_client(client)
                 if self._counts["subscribes"] != subscribes:
                     delay = _BACKOFF_MIN
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))
@@ -405,35 +461,20 @@ class RedisSignals(Signals):
         finally:
             link.connected = False
 
-    async def _listen(self, purgatory: Any, link: Link, pubsub: Any) -> None:
-        """Read the channel until the connection fails: on the subscription's confirmation
-        (each connect) re-check every live key; on a message, its keys. A quiet connection is
-        PINGed, and given up (ConnectionError) if a second quiet spell brings no answer."""
-        pinged = False
-        while True:
-            message = await pubsub.get_message(timeout=self._idle)
-            if message is None:  # quiet: is the server still there?
-                if pinged:
-                    raise ConnectionError(f"no answer to PING in {self._idle:g} s")
-                pinged = True
-                await pubsub.ping()
-                continue
-            pinged = False
-            kind = message.get("type")
-            if kind == "message":
-                self._receive(purgatory, link, message.get("data"))
-            elif kind == "subscribe":
-                link.connected = True
-                link.subscribed.set()
-                self._counts["subscribes"] += 1
-                if link.lost:
-                    link.lost = False
-                    _log.warning("aiowheel.redis: subscribed to %r again", self._channel)
-                self._recheck_all(purgatory, link)
+    def _subscribed(self, purgatory: Any, link: Link) -> None:
+        """A connection of the subscriber works: say so, and re-check every live key."""
+        link.connected = True
+        link.subscribed.set()
+        self._counts["subscribes"] += 1
+        if link.lost:
+            link.lost = False
+            _log.warning("aiowheel.redis: subscribed to %r again", self._channel)
+        self._recheck_all(purgatory, link)
 
     def _recheck_all(self, purgatory: Any, link: Link) -> None:
-        """On (re)connect: what was published while not subscribed is lost, so every key with
-        live waits here is re-checked."""
+        """On (re)connect: what was published while not connected may be lost (pub/sub; a
+        stream restarted empty or trimmed past the cursor), so every key with live waits here
+        is re-checked."""
         if purgatory._loop is not link.loop:
             return
         for key in list(purgatory._watchers):
@@ -441,15 +482,18 @@ class RedisSignals(Signals):
             purgatory._recheck(key)
 
     def _receive(self, purgatory: Any, link: Link, payload: object) -> None:
-        """One message from the channel: decoded whole (or ignored, counted), then each item's
-        data applied and its key re-checked."""
+        """One message: decoded whole (or ignored, counted), an echo or a message applied
+        already ignored (counted), then each item's data applied and its key re-checked."""
         decoded = decode_message(payload)
         if decoded is None:
             self._counts["foreign"] += 1
             return
-        sender, items = decoded
-        if sender == self._sender():
+        sender, seq, items = decoded
+        if sender.partition(".")[0] == self._sender():
             self._counts["echoes"] += 1
+            return
+        if not self._reading.first(sender, seq):
+            self._counts["duplicates"] += 1
             return
         self._counts["received"] += 1
         on_data = self._on_data
@@ -458,7 +502,9 @@ class RedisSignals(Signals):
             if data is not None and on_data is not None:
                 try:
                     on_data(key, data)
-                except Exception as exc:
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # CancelledError too: it is on_data's, not ours
                     self._counts["data_errors"] += 1
                     link.loop.call_exception_handler(
                         {
@@ -470,21 +516,71 @@ class RedisSignals(Signals):
                 self._counts["rechecks"] += 1
                 purgatory._recheck(key)
 
+    async def _close_client(self, client: aioredis.Redis | None) -> None:
+        """Close ``client`` (None, or the one given: nothing), never raising."""
+        if client is not None and client is not self._given:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+
+def _check_connection(url: object, client: object) -> None:
+    """RedisSignals' ``url`` or ``client=`` (exactly one of them), or the error naming what is
+    wrong: a URL redis-py cannot read (its passwords hidden), a client of another type."""
+    if client is not None:
+        if url is not None:
+            raise TypeError("RedisSignals(): give a url or client=, not both")
+        if not isinstance(client, aioredis.Redis):
+            raise TypeError(
+                "RedisSignals(): client must be a redis.asyncio.Redis, got "
+                f"{type(client).__module__}.{type(client).__qualname__}"
+            )
+    elif url is None:
+        raise TypeError("RedisSignals(): give a url or client= (a redis.asyncio.Redis)")
+    elif not isinstance(url, str):
+        raise TypeError(f"RedisSignals(): url must be a str, got {type(url).__name__}")
+    else:
+        try:
+            aioredis.ConnectionPool.from_url(url)  # parses only: connects nothing
+            parts = urlsplit(url)
+            database = parts.path.lstrip("/")
+            if parts.scheme in ("redis", "rediss") and database and not database.isdigit():
+                raise ValueError(f"the database must be a number, got {database!r}")
+        except (ValueError, TypeError) as exc:
+            raise ValueError(
+                f"RedisSignals(): malformed Redis URL {_redacted(url)!r}: "
+                f"{_scrubbed(str(exc), url)}"
+            ) from None
+
+
+# The password of a URL, in each form redis-py reads it: userinfo ("redis://:PASS@",
+# "redis://user:PASS@") and the query ("?password=PASS"). The userinfo is everything before the
+# last "@" of the part after the scheme, so that a password with an unquoted "@", "/" or "?"
+# is still hidden whole (a URL with an "@" in its query loses more to the stars, never less).
+_QUERY_PASSWORD: Final = re.compile(r"(?i)([?&;]password=)([^&#;]*)")
+
 
 def _redacted(url: str) -> str:
-    """``url`` with its password, if any, as ``***`` (error messages and logs)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-        return parts._replace(netloc=netloc).geturl()
-    except ValueError:
-        return "<unparsable URL>"
+    """``url`` with every password in it as ``***`` (error messages and logs)."""
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        at = rest.rfind("@")
+        user, colon, password = rest[:at].partition(":") if at >= 0 else ("", "", "")
+        if colon and password:
+            rest = f"{user}:***{rest[at:]}"
+        url = f"{scheme}{sep}{rest}"
+    return _QUERY_PASSWORD.sub(r"\1***", url)
 
 
-async def _closed(client: aioredis.Redis | None) -> None:
-    """Close ``client`` (None: nothing), never raising."""
-    if client is not None:
-        with contextlib.suppress(Exception):
-            await client.aclose()
+def _scrubbed(text: str, url: str) -> str:
+    """``text`` (an error's message about ``url``) with ``url``'s passwords, quoted or not,
+    as ``***``."""
+    secrets: set[str] = set()
+    _, sep, rest = url.partition("://")
+    at = rest.rfind("@") if sep else -1
+    if at >= 0:
+        secrets.add(rest[:at].partition(":")[2])
+    secrets.update(match.group(2) for match in _QUERY_PASSWORD.finditer(url))
+    secrets |= {unquote(secret) for secret in secrets}
+    for secret in sorted(secrets - {""}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text

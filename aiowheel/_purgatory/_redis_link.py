@@ -32,16 +32,20 @@ class Link:
         "flushing",
         "loop",
         "lost",
+        "number",
         "outbox",
         "pending",
         "publisher",
+        "seq",
         "subscribed",
         "subscriber",
         "wake",
     )
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, number: int) -> None:
         self.loop = loop
+        self.number = number  # this loop's part of the sender id: each loop publishes in order
+        self.seq = 0  # the number of this loop's next message (its id, with the sender's)
         self.batch: list[list[Any]] = []
         self.flushing = False
         self.outbox: collections.deque[tuple[bytes, int]] = collections.deque()

@@ -1,13 +1,16 @@
-"""The wire format of :class:`aiowheel.redis.RedisSignals`: what a signal is as a pub/sub
-message, and how a received message is read back (or refused).
+"""The wire format of :class:`aiowheel.redis.RedisSignals`: what a signal is as a stream entry
+(or pub/sub message), and how a received one is read back (or refused).
 
-A message is JSON ``["aiowheel", 1, sender, items]``: a format tag and version, the sender's
-id, and the items, each ``[key]`` or ``[key, data]``. A ``str`` or ``int`` key (a subclass
-as its plain value) and ``str`` data go as they are; ``bytes`` as ``{"b": base64}``. Other
-keys raise TypeError naming them: a tuple's or an object's identity does not survive a trip to
-another process. Reading is all or nothing: a payload that is not this format or version, or
-any item of it that is not ours, makes the whole message foreign (None), never an exception.
-At most 512 keys go in one message (:func:`encode_messages`).
+A message is JSON ``["aiowheel", 2, sender, seq, items]``: a format tag and version, the
+sender's id, the message's number in that sender's order (0, 1, 2, ...: with the sender, the
+message's id, which makes a message published twice, after a publish whose answer was lost,
+applied once), and the items, each ``[key]`` or ``[key, data]``. The sender is
+``"<process id>.<loop number>"``: each loop publishes in its own order. A ``str`` or ``int``
+key (a subclass as its plain value) and ``str`` data go as they are; ``bytes`` as
+``{"b": base64}``. Other keys raise TypeError naming them: a tuple's or an object's identity
+does not survive a trip to another process. Reading is all or nothing: a payload that is not
+this format or version, or any item of it that is not ours, makes the whole message foreign
+(None), never an exception. At most 512 keys go in one message (:func:`encode_messages`).
 
 A room of its own so that the format can be read, and changed, in one place apart from the
 connection logic (connect, publish, subscribe, backoff) of :mod:`aiowheel.redis`, which
@@ -24,19 +27,20 @@ from typing import Any, Final
 __all__: list[str] = []
 
 _TAG: Final = "aiowheel"
-_VERSION: Final = 1
+_VERSION: Final = 2  # 1: pub/sub only, without seq (never read now)
 _BATCH: Final = 512  # keys per message at most
 
 
-def _encode(sender: str, items: list[list[Any]]) -> bytes:
-    """One message of ``sender``'s ``items`` (each from :func:`wire_item`), as published."""
-    return json.dumps([_TAG, _VERSION, sender, items], separators=(",", ":")).encode()
+def _encode(sender: str, seq: int, items: list[list[Any]]) -> bytes:
+    """Message ``seq`` of ``sender``'s ``items`` (each from :func:`wire_item`), as published."""
+    return json.dumps([_TAG, _VERSION, sender, seq, items], separators=(",", ":")).encode()
 
 
-def encode_messages(sender: str, items: list[list[Any]]) -> list[tuple[bytes, int]]:
-    """``items`` as messages of up to _BATCH items each: (message, its count of keys)."""
+def encode_messages(sender: str, seq: int, items: list[list[Any]]) -> list[tuple[bytes, int]]:
+    """``items`` as messages of up to _BATCH items each, numbered from ``seq``: (message, its
+    count of keys)."""
     chunks = [items[start : start + _BATCH] for start in range(0, len(items), _BATCH)]
-    return [(_encode(sender, chunk), len(chunk)) for chunk in chunks]
+    return [(_encode(sender, seq + n, chunk), len(chunk)) for n, chunk in enumerate(chunks)]
 
 
 def wire_item(key: object, data: object) -> list[Any]:
@@ -70,24 +74,27 @@ def _value(wire: object) -> str | bytes | int:
     raise ValueError("not a key")
 
 
-def decode_message(payload: object) -> tuple[str, list[tuple[Any, Any]]] | None:
-    """(sender, [(key, data or None)]) of one of our messages, or None for anything else."""
+def decode_message(payload: object) -> tuple[str, int, list[tuple[Any, Any]]] | None:
+    """(sender, seq, [(key, data or None)]) of one of our messages, or None for anything
+    else."""
     try:
         if not isinstance(payload, bytes | str):
             return None
         message = json.loads(payload)
         if not (
             isinstance(message, list)
-            and len(message) == 4
+            and len(message) == 5
             and message[0] == _TAG
             and message[1] == _VERSION
             and type(message[1]) is int
             and isinstance(message[2], str)
-            and isinstance(message[3], list)
+            and type(message[3]) is int
+            and message[3] >= 0
+            and isinstance(message[4], list)
         ):
             return None
         items: list[tuple[Any, Any]] = []
-        for item in message[3]:
+        for item in message[4]:
             if not isinstance(item, list) or len(item) not in (1, 2):
                 return None
             key = _value(item[0])
@@ -95,6 +102,6 @@ def decode_message(payload: object) -> tuple[str, list[tuple[Any, Any]]] | None:
             if isinstance(data, int):
                 return None
             items.append((key, data))
-        return message[2], items
+        return message[2], message[3], items
     except (ValueError, TypeError, RecursionError):  # JSON, base64 and UTF-8 errors included
         return None

@@ -321,3 +321,98 @@ def test_the_long_poll_answers_on_every_worker_through_redis(command: list[str])
             asyncio.run(_polls_across_workers(port, 4, 40))
     finally:
         redis_server.kill()
+
+
+@pytest.mark.once  # a server from its command line: the same on every interpreter and build
+@pytest.mark.parametrize("worker", ["AiohttpWorker", "AiohttpUVLoopWorker"])
+def test_a_poll_whose_client_went_away_is_cancelled_under_gunicorn(worker: str) -> None:
+    # The documented command, the long-poll example without Redis: a client opens a 30 s
+    # poll and goes away; its handler is cancelled (handler_cancellation=True) and its wait
+    # leaves the purgatory at once, not at its timeout; and SIGTERM then stops the worker
+    # at once, not after the 30 s.
+    port = free_port()
+    command = ["gunicorn", "examples.longpoll:make_app()", "--workers", "1",
+               "-k", f"aiowheel.gunicorn.{worker}", "--graceful-timeout", "20",
+               "--bind", f"127.0.0.1:{port}"]  # fmt: skip
+
+    def stats() -> dict[str, Any]:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            connection.request("GET", "/stats")
+            result: dict[str, Any] = json.loads(connection.getresponse().read())
+            return result
+        finally:
+            connection.close()
+
+    with served(command, port) as proc:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /poll?topic=gone&wait=30 HTTP/1.1\r\nHost: x\r\n\r\n")
+            deadline = time.monotonic() + 10
+            while stats()["live"] != 1:
+                assert time.monotonic() < deadline, stats()
+                time.sleep(0.05)
+        gone = time.monotonic()  # the client closed its connection
+        while (counters := stats())["live"] != 0:
+            assert time.monotonic() - gone < 10, counters
+            time.sleep(0.05)
+        assert counters["cancelled"] == 1 and counters["expired"] == 0, counters
+        assert time.monotonic() - gone < 10  # not its 30 s
+        stopping = time.monotonic()
+    assert proc.returncode is not None and time.monotonic() - stopping < 15
+
+
+@pytest.mark.once  # a server from its command line: the same on every interpreter and build
+def test_a_message_published_while_redis_is_down_answers_every_worker_s_polls() -> None:
+    # Issue 62's outage: gunicorn -w 4 with the long-poll example, 40 polls waiting across the
+    # workers, Redis SIGKILLed (no persistence), one publish while it is down, Redis restarted
+    # empty. The publishing worker answers its own polls at once and queues the message; once
+    # Redis is back it is published, and every other worker, reading from its last id, reads
+    # it: every poll is answered with it (pub/sub answered 1 to 4 of 12).
+    import aiohttp
+
+    redis_server = RedisServer(need_redis())
+    redis_server.start()
+    port = free_port()
+    command = ["gunicorn", "examples.longpoll:make_app()", "--workers", "4",
+               "-k", "aiowheel.gunicorn.AiohttpWorker", "--graceful-timeout", "5",
+               "--bind", f"127.0.0.1:{port}"]  # fmt: skip
+
+    async def outage() -> float:
+        url = f"http://127.0.0.1:{port}"
+        connector = aiohttp.TCPConnector(limit=0, force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as client:
+            connected: set[int] = set()
+            deadline = time.monotonic() + 30
+            while len(connected) < 4:
+                assert time.monotonic() < deadline, f"connected workers: {connected}"
+                async with client.get(f"{url}/stats") as response:
+                    stats = await response.json()
+                if stats["redis"]["connected"]:
+                    connected.add(stats["pid"])
+
+            async def poll() -> tuple[int, Any]:
+                async with client.get(f"{url}/poll?topic=outage&wait=25") as response:
+                    return response.status, await response.json()
+
+            polls = [asyncio.ensure_future(poll()) for _ in range(40)]
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(redis_server.kill)
+            await asyncio.sleep(0.3)
+            async with client.post(f"{url}/publish?topic=outage", data="while down") as response:
+                publisher = (await response.json())["pid"]
+            await asyncio.sleep(1.0)
+            assert not all(task.done() for task in polls)  # the other workers' wait for Redis
+            await asyncio.to_thread(redis_server.start)
+            back = time.monotonic()
+            answers = await asyncio.gather(*polls)
+            assert all(status == 200 for status, _ in answers), answers
+            assert all(body["messages"] == ["while down"] for _, body in answers), answers
+            assert {body["pid"] for _, body in answers} - {publisher}, answers  # other workers
+            return time.monotonic() - back
+
+    try:
+        with served(command, port, REDIS_URL=redis_server.url):
+            recovered = asyncio.run(outage())
+    finally:
+        redis_server.kill()
+    assert recovered < 5.0, recovered  # every poll answered within seconds of Redis

@@ -56,9 +56,9 @@ import asyncio, json, os, sys
 import aiowheel
 from aiowheel.redis import RedisSignals
 
-url, channel, peers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+url, channel, peers, transport = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 seen = {}
-signals = RedisSignals(url, channel=channel,
+signals = RedisSignals(url, channel=channel, transport=transport,
                        on_data=lambda key, data: seen.setdefault(key, []).append(data))
 purgatory = aiowheel.Purgatory(signals=signals)
 
@@ -81,9 +81,9 @@ asyncio.run(main())
 """
 
 
-def _peer(url: str, channel: str, peers: int) -> subprocess.Popen[str]:
+def _peer(url: str, channel: str, peers: int, transport: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", PEER, url, channel, str(peers)],
+        [sys.executable, "-c", PEER, url, channel, str(peers), transport],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -91,12 +91,15 @@ def _peer(url: str, channel: str, peers: int) -> subprocess.Popen[str]:
     )
 
 
-def test_signals_and_payloads_reach_every_process_in_order(server: RedisServer) -> None:
+@pytest.mark.parametrize("transport", ["stream", "pubsub"])
+def test_signals_and_payloads_reach_every_process_in_order(
+    server: RedisServer, transport: str
+) -> None:
     # Two peer processes and this one: the payloads this process sends reach both, in the
     # order sent (100 of them, some in one loop iteration, some in others), and each peer's
     # "back" reaches this process and the other peer; echoes are ignored, not applied twice.
-    channel = "each-to-all"
-    peers = [_peer(server.url, channel, 2) for _ in range(2)]
+    channel = f"each-to-all-{transport}"
+    peers = [_peer(server.url, channel, 2, transport) for _ in range(2)]
     try:
         for peer in peers:
             assert peer.stdout is not None
@@ -106,7 +109,10 @@ def test_signals_and_payloads_reach_every_process_in_order(server: RedisServer) 
 
         async def main() -> list[str]:
             signals = _signals(
-                server.url, channel, on_data=lambda key, data: seen.setdefault(key, []).append(data)
+                server.url,
+                channel,
+                transport=transport,
+                on_data=lambda key, data: seen.setdefault(key, []).append(data),
             )
             purgatory = aiowheel.Purgatory(signals=signals)
             back = purgatory.wait(
@@ -162,7 +168,7 @@ def test_reconnect_rechecks_live_waits_and_the_rest_time_out_on_time(
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            signals = _signals(server.url, "reconnect")
+            signals = _signals(server.url, "reconnect", transport="pubsub")
             purgatory = aiowheel.Purgatory(signals=signals)
             start = loop.time()
             changed = asyncio.ensure_future(
@@ -207,44 +213,66 @@ def test_reconnect_rechecks_live_waits_and_the_rest_time_out_on_time(
     assert len(lost) == 1 and len(cannot) == 1 and len(again) == 1, caplog.text
 
 
-def test_foreign_messages_are_ignored_and_counted(server: RedisServer) -> None:
+@pytest.mark.parametrize("transport", ["stream", "pubsub"])
+def test_foreign_messages_are_ignored_and_counted(server: RedisServer, transport: str) -> None:
+    # Entries this project did not write (or another version wrote) are counted and passed
+    # by: the reader goes on to the next one; a message published twice is applied once.
     import redis
 
-    channel = "foreign"
+    channel = f"foreign-{transport}"
     seen: dict[Any, Any] = {}
     raw = redis.Redis.from_url(server.url)
     foreign = [
         b"not json",
         b"\xff\xfe",
         b"{}",
-        b'["aiowheel", 2, "x", [["k"]]]',  # another version
+        b'["aiowheel", 1, "x", [["k"]]]',  # an older version
+        b'["aiowheel", 3, "x", 0, [["k"]]]',  # a later one
+        b'["aiowheel", 2, "x", -1, [["k"]]]',  # a negative seq
         b'["other-app", 1, "x", [["k"]]]',
-        b'["aiowheel", 1, "x", [["k", 3]]]',  # data neither str nor bytes
-        b'["aiowheel", 1, "x", [[1.5]]]',  # a float key
-        b'["aiowheel", 1, "x", [[{"b": "***"}]]]',  # bad base64
-        b'["aiowheel", 1, "x", [[true]]]',
-        b'["aiowheel", 1, "x", "k"]',
+        b'["aiowheel", 2, "x", 0, [["k", 3]]]',  # data neither str nor bytes
+        b'["aiowheel", 2, "x", 0, [[1.5]]]',  # a float key
+        b'["aiowheel", 2, "x", 0, [[{"b": "***"}]]]',  # bad base64
+        b'["aiowheel", 2, "x", 0, [[true]]]',
+        b'["aiowheel", 2, "x", 0, "k"]',
         b"[" * 5000,
     ]
 
+    def put(message: bytes | str, field: str = "m") -> None:
+        if transport == "stream":
+            raw.xadd(channel, {field: message})
+        else:
+            raw.publish(channel, message)
+
     async def main() -> None:
-        signals = _signals(server.url, channel, on_data=lambda k, d: seen.__setitem__(k, d))
+        signals = _signals(
+            server.url, channel, transport=transport, on_data=lambda k, d: seen.__setitem__(k, d)
+        )
         purgatory = aiowheel.Purgatory(signals=signals)
         waited = purgatory.wait([b"\x00k"], lambda: seen.get(b"\x00k"), 5)
         numbered = purgatory.wait([7], lambda: seen.get(7), 5)
         await _until(lambda: signals.stats().connected)
         for message in foreign:
-            await asyncio.to_thread(raw.publish, channel, message)
-        # A well-formed message from another sender, written by hand: bytes and int keys.
-        good = json.dumps(["aiowheel", 1, "someone", [[{"b": "AGs="}, "v"], [7, {"b": "AA=="}]]])
-        await asyncio.to_thread(raw.publish, channel, good)
+            await asyncio.to_thread(put, message)
+        extra = 0
+        if transport == "stream":  # an entry without our field
+            await asyncio.to_thread(put, "x", "other")
+            extra = 1
+        # A well-formed message from another sender, written by hand: bytes and int keys;
+        # then the same message again (a publish retried after its answer was lost).
+        good = json.dumps(
+            ["aiowheel", 2, "someone.1", 0, [[{"b": "AGs="}, "v"], [7, {"b": "AA=="}]]]
+        )
+        await asyncio.to_thread(put, good)
         assert await waited == "v"
         assert await numbered == b"\x00"
+        seen.clear()
+        await asyncio.to_thread(put, good)
         assert purgatory.signal("mine") == 0  # its echo comes back and is ignored
         await _until(lambda: signals.stats().echoes == 1)
         stats = signals.stats()
-        assert stats.foreign == len(foreign)
-        assert stats.received == 1 and "k" not in seen
+        assert stats.foreign == len(foreign) + extra
+        assert stats.received == 1 and stats.duplicates == 1 and seen == {}
         await signals.aclose()
 
     try:
@@ -295,6 +323,28 @@ def test_bad_input_is_refused_and_changes_nothing() -> None:
         RedisSignals(CLOSED_PORT_URL, max_pending=0)
     with pytest.raises(TypeError, match="on_data must be callable"):
         RedisSignals(CLOSED_PORT_URL, on_data="print")  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=r"retention \(messages the stream keeps\) must be an int >= 1, got 0"
+    ):
+        RedisSignals(CLOSED_PORT_URL, retention=0)
+    with pytest.raises(ValueError, match="retention .* got -5"):
+        RedisSignals(CLOSED_PORT_URL, retention=-5)
+    with pytest.raises(ValueError, match="transport must be 'stream' or 'pubsub', got 'kafka'"):
+        RedisSignals(CLOSED_PORT_URL, transport="kafka")
+    with pytest.raises(
+        TypeError, match="client must be a redis.asyncio.Redis, got redis.client.Redis"
+    ):
+        import redis
+
+        RedisSignals(client=redis.Redis())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="client must be a redis.asyncio.Redis, got builtins.str"):
+        RedisSignals(client="redis://localhost")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="give a url or client=, not both"):
+        import redis.asyncio
+
+        RedisSignals(CLOSED_PORT_URL, client=redis.asyncio.Redis())
+    with pytest.raises(TypeError, match=r"give a url or client= \(a redis.asyncio.Redis\)"):
+        RedisSignals()
     with pytest.raises(TypeError, match="signals must be an aiowheel.redis.RedisSignals"):
         aiowheel.Purgatory(signals="redis://localhost")
     signals = RedisSignals(CLOSED_PORT_URL, channel="bad-input")
@@ -322,6 +372,31 @@ def test_bad_input_is_refused_and_changes_nothing() -> None:
         await signals.aclose()  # Redis unreachable: returns at once
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:hunter2@h:1/x",
+        "redis://user:hunter2@h:1/x",
+        "redis://h:1/x?password=hunter2",
+        "redis://user:hunter2@h:notaport/0",
+        "redis://h:1/0?db=zero&password=hunter2",
+        "redis://:hunter2@h:1/0?password=hunter2&db=nine",
+        "redis://user:hun%40ter2@h:1/x",
+    ],
+)
+def test_a_malformed_url_is_refused_without_its_password(url: str) -> None:
+    # Every form redis-py reads a password from (userinfo with or without a user, the query),
+    # in the URL shown and in redis-py's own reason, quoted or not.
+    need_redis()
+    from aiowheel.redis import RedisSignals
+
+    with pytest.raises(ValueError, match="malformed Redis URL") as caught:
+        RedisSignals(url)
+    text = str(caught.value)
+    assert "hunter2" not in text and "hun%40ter2" not in text and "hun@ter2" not in text, text
+    assert "***" in text
 
 
 def test_a_full_publish_queue_drops_the_oldest_and_logs_once(
@@ -414,7 +489,7 @@ def test_a_subscriber_that_falls_behind_is_cut_off_by_redis_and_rechecks(
             pipe.execute()
 
     async def main() -> None:
-        signals = _signals(server.url, "behind")
+        signals = _signals(server.url, "behind", transport="pubsub")
         purgatory = aiowheel.Purgatory(signals=signals)
         waiting = purgatory.wait(["late"], lambda: state.get("late"), 10)
         await _until(lambda: signals.stats().connected)
@@ -435,7 +510,8 @@ def test_a_subscriber_that_falls_behind_is_cut_off_by_redis_and_rechecks(
         raw.close()
 
 
-def test_a_server_that_stops_answering_is_noticed_by_ping_and_rechecked() -> None:
+@pytest.mark.parametrize("transport", ["stream", "pubsub"])
+def test_a_server_that_stops_answering_is_noticed_and_rechecked(transport: str) -> None:
     # A connection that dies without a word (the server paused: SIGSTOP, as a partition
     # would): a quiet subscriber PINGs, gives up on no answer, reconnects once the server
     # answers again, and re-checks. While all is well, the PINGs are answered: no reconnect.
@@ -445,7 +521,7 @@ def test_a_server_that_stops_answering_is_noticed_by_ping_and_rechecked() -> Non
     try:
 
         async def main() -> None:
-            signals = _signals(server.url, "paused")
+            signals = _signals(server.url, "paused", transport=transport)
             signals._idle = 0.1
             purgatory = aiowheel.Purgatory(signals=signals)
             waiting = purgatory.wait(["paused"], lambda: state.get("paused"), 10)
@@ -468,3 +544,260 @@ def test_a_server_that_stops_answering_is_noticed_by_ping_and_rechecked() -> Non
         asyncio.run(main())
     finally:
         server.kill()
+
+
+def _reader_ids(raw: Any) -> list[int]:
+    """The ids of the connections blocked in (or last running) an XREAD."""
+    return [int(c["id"]) for c in raw.client_list() if c.get("cmd", "").startswith("xread")]
+
+
+def test_a_stream_loses_nothing_across_a_killed_connection_a_blocked_loop_and_a_restart(
+    tmp_path: Any,
+) -> None:
+    # A publisher in another thread's loop sends numbered payloads all along, while this
+    # loop's reader has its connection killed (CLIENT KILL), then its loop blocked 2 s, then
+    # Redis SIGKILLed and restarted (append-only file, fsynced): every payload is applied
+    # here exactly once, in the order sent, and the ones sent during the outage arrive soon
+    # after Redis is back.
+    import redis
+
+    server = RedisServer(need_redis(), persist=str(tmp_path))
+    server.start()
+    channel = "outage"
+    sent: list[int] = []
+    stop = threading.Event()
+    go = threading.Event()
+
+    def publishing() -> None:
+        async def run() -> None:
+            signals = _signals(server.url, channel)
+            aiowheel.Purgatory(signals=signals)  # signals only: no reader in this thread
+            go.wait(10)
+            number = 0
+            while not stop.is_set():
+                signals.send("n", str(number))
+                sent.append(number)
+                number += 1
+                await asyncio.sleep(0.005)
+            async with asyncio.timeout(15):
+                await signals.flush()
+            await signals.aclose()
+
+        asyncio.run(run())
+
+    applied: list[int] = []
+    raw = redis.Redis.from_url(server.url)
+    publisher = threading.Thread(target=publishing)
+    publisher.start()
+    try:
+
+        async def main() -> float:
+            signals = _signals(server.url, channel, on_data=lambda k, d: applied.append(int(d)))
+            aiowheel.Purgatory(signals=signals)
+            await asyncio.wait_for(signals.start(), 5)
+            go.set()
+            await _until(lambda: len(applied) >= 20)
+            # 1. Its connection killed by the server.
+            (reader,) = await asyncio.to_thread(_reader_ids, raw)
+            await asyncio.to_thread(raw.client_kill_filter, _id=reader)
+            await _until(lambda: signals.stats().connect_errors >= 1)
+            count = len(applied)
+            await _until(lambda: len(applied) >= count + 20)
+            # 2. Its loop blocked 2 s (what the publisher sent meanwhile waits in the stream).
+            time.sleep(2.0)  # noqa: ASYNC251 - the point: the loop blocked
+            count = len(applied)
+            await _until(lambda: len(applied) >= count + 20)
+            # 3. Redis SIGKILLed, down for half a second, restarted from its file.
+            server.kill()
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(server.start)
+            back = time.monotonic()
+            during = len(sent)  # sent by now: all during the outage or before
+            await _until(lambda: len(applied) >= during, timeout=10)
+            recovered = time.monotonic() - back
+            stop.set()
+            await asyncio.to_thread(publisher.join, 20)
+            await _until(lambda: len(applied) >= len(sent), timeout=10)
+            await asyncio.sleep(0.2)  # anything applied twice would show by now
+            stats = signals.stats()
+            assert stats.connect_errors >= 2 and stats.foreign == 0, stats
+            await signals.aclose()
+            return recovered
+
+        recovered = asyncio.run(main())
+    finally:
+        stop.set()
+        go.set()
+        publisher.join(20)
+        raw.close()
+        server.kill()
+    assert not publisher.is_alive()
+    assert len(sent) > 200
+    assert applied == sent  # none lost, none twice, in order
+    assert recovered < 4.0, recovered  # the backoff is at most 1 s (a loaded machine: slack)
+
+
+def test_a_receiver_that_raises_even_cancellederror_is_reported_and_the_reader_goes_on(
+    server: RedisServer,
+) -> None:
+    # on_data raising anything (CancelledError included: a sync function's CancelledError is
+    # not a cancellation of the reader) goes to the loop's exception handler, counted; the
+    # re-check still runs and the next messages are applied. aclose still ends the reader.
+    state: dict[str, str] = {}
+    reported: list[BaseException] = []
+
+    def apply(key: Any, data: Any) -> None:
+        if data == "cancel":
+            raise asyncio.CancelledError
+        if data == "boom":
+            raise RuntimeError("boom")
+        state[key] = data
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: reported.append(context["exception"]))
+        receiving = _signals(server.url, "raising", on_data=apply)
+        sending = _signals(server.url, "raising")
+        receiver = aiowheel.Purgatory(signals=receiving)
+        sender = aiowheel.Purgatory(signals=sending)
+        rechecked = receiver.wait(["x"], lambda: state.get("x") == "ok" or None, 5)
+        await asyncio.wait_for(receiving.start(), 5)
+        sender.wait(["bind"], lambda: True, 1)
+        sending.send("x", "cancel")
+        sending.send("y", "boom")
+        await asyncio.sleep(0)
+        sending.send("x", "ok")
+        assert await rechecked is True
+        stats = receiving.stats()
+        assert stats.data_errors == 2 and stats.received == 2 and stats.connected, stats
+        assert [type(exc) for exc in reported] == [asyncio.CancelledError, RuntimeError]
+        await receiving.aclose()
+        await sending.aclose()
+        left = [t for t in asyncio.all_tasks() if "RedisSignals" in repr(t.get_coro())]
+        assert left == []
+
+    asyncio.run(main())
+
+
+def test_a_client_given_is_used_as_it_is_and_left_open(server: RedisServer) -> None:
+    # RedisSignals(client=...) reads and publishes through the redis.asyncio.Redis given (here
+    # with decode_responses=True and a client name, which a URL would not set), and aclose
+    # leaves it open for its owner.
+    import redis.asyncio
+
+    state: dict[str, str] = {}
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(
+            port=server.port, decode_responses=True, client_name="mine", socket_timeout=1
+        )
+        receiving = _signals_client(client, on_data=lambda k, d: state.__setitem__(k, d))
+        sending = _signals(server.url, "given")
+        receiver = aiowheel.Purgatory(signals=receiving)
+        aiowheel.Purgatory(signals=sending)
+        waiting = receiver.wait(["k"], lambda: state.get("k"), 5)
+        await asyncio.wait_for(receiving.start(), 5)
+        names = [c.get("name") for c in await client.client_list()]
+        assert names.count("mine") >= 2  # the reader's connection and this one
+        sending.send("k", "v")
+        assert await waiting == "v"
+        # Ends though the client's socket_timeout (redis-py sends under asyncio.wait_for,
+        # which on 3.11 can swallow the cancellation): within half that timeout.
+        await asyncio.wait_for(receiving.aclose(), 5)
+        await sending.aclose()
+        assert await client.ping() is True  # still open
+        assert receiving.stats().received == 1
+        await client.aclose()
+
+    asyncio.run(main())
+
+
+def _signals_client(client: Any, **options: Any) -> Any:
+    from aiowheel.redis import RedisSignals
+
+    return RedisSignals(client=client, channel="given", **options)
+
+
+def _message(sender: str, seq: int, key: str, data: str) -> str:
+    """A well-formed message, written by hand (as another process would send it)."""
+    return json.dumps(["aiowheel", 2, sender, seq, [[key, data]]])
+
+
+def test_a_reader_starts_at_the_stream_s_end_and_the_stream_keeps_about_its_retention(
+    server: RedisServer,
+) -> None:
+    # History is not replayed: what the stream held before the process first read is not
+    # applied; what comes after is. And the stream is trimmed to about `retention` entries
+    # (MAXLEN ~: whole nodes of 100 entries, so at least that many and not much more).
+    import redis
+
+    channel = "history"
+    raw = redis.Redis.from_url(server.url)
+    for seq in range(5):
+        raw.xadd(channel, {"m": _message("old.1", seq, "k", f"old {seq}")})
+    applied: list[str] = []
+
+    async def main() -> None:
+        signals = _signals(server.url, channel, on_data=lambda k, d: applied.append(d))
+        aiowheel.Purgatory(signals=signals)
+        await asyncio.wait_for(signals.start(), 5)
+        await asyncio.to_thread(raw.xadd, channel, {"m": _message("new.1", 0, "k", "new")})
+        await _until(lambda: applied == ["new"])
+        await signals.aclose()
+        sending = _signals(server.url, channel, retention=10)
+        aiowheel.Purgatory(signals=sending)
+        for number in range(1000):  # one message each
+            sending.send("n", str(number))
+            await asyncio.sleep(0)
+        await asyncio.wait_for(sending.flush(), 10)
+        await sending.aclose()
+
+    try:
+        asyncio.run(main())
+        assert applied == ["new"]
+        assert 10 <= raw.xlen(channel) <= 10 + 200, raw.xlen(channel)
+    finally:
+        raw.close()
+
+
+def test_what_a_redis_restarted_empty_lost_is_lost_and_the_waits_are_rechecked() -> None:
+    # The documented limit: a message added while a reader is away, and Redis restarted
+    # empty (no persistence) before it came back: that message is gone for it (Redis lost
+    # it), and its live waits are re-checked on the reconnect, so a wait whose state
+    # changed meanwhile completes anyway; what is sent after the restart arrives.
+    import redis
+
+    server = RedisServer(need_redis())
+    server.start()
+    channel = "empty"
+    applied: list[str] = []
+    state: dict[str, bool] = {}
+
+    async def main() -> None:
+        signals = _signals(server.url, channel, on_data=lambda k, d: applied.append(d))
+        purgatory = aiowheel.Purgatory(signals=signals)
+        waiting = purgatory.wait(["w"], lambda: state.get("w"), 10)
+        await asyncio.wait_for(signals.start(), 5)
+        # All with this loop blocked, so the reader cannot reconnect in between: Redis killed,
+        # back, given a message, killed again before the reader could read it, back empty.
+        server.kill()
+        server.start()
+        raw = redis.Redis.from_url(server.url)
+        raw.xadd(channel, {"m": _message("other.1", 0, "k", "lost")})
+        raw.close()
+        server.kill()
+        server.start()  # empty
+        state["w"] = True  # changed meanwhile; its signal was in what Redis lost
+        assert await waiting is True  # the re-check on reconnect
+        raw = redis.Redis.from_url(server.url)
+        await asyncio.to_thread(raw.xadd, channel, {"m": _message("other.1", 1, "k", "after")})
+        raw.close()
+        await _until(lambda: applied == ["after"])
+        assert signals.stats().connect_errors >= 1
+        await signals.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.kill()
+    assert applied == ["after"]
