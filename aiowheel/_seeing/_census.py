@@ -33,7 +33,7 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import CodeType, MethodType
+from types import BuiltinMethodType, CodeType, MethodType
 from typing import Any, Final, NamedTuple
 
 from .._time._binding import listed_on
@@ -45,10 +45,13 @@ from .._time._observe import (
     lag_bounds,
     origin_key,
 )
+from .._time._timeout import Timeout
 from .._time._view import track_loop, views_of
 from .._time._wakeup import is_wake_up
 
 _MethodType: Final = MethodType
+_BuiltinMethodType: Final = BuiltinMethodType
+_OWN_EXPIRY: Final[object] = vars(Timeout).get("_on_timeout")  # a function in the pure build
 
 __all__ = [
     "KINDS",
@@ -247,8 +250,38 @@ def _passed_for(loop: asyncio.AbstractEventLoop, tasks: tuple[object, ...]) -> f
     ready = getattr(loop, "_ready", None)
     if not isinstance(ready, deque) or not ready:
         return None
+    try:
+        return _passed_among(ready, tasks)
+    except AttributeError:  # not asyncio's Handles: each read the slow way
+        return _passed_among_any(ready, tasks)
+
+
+def _passed_among(ready: deque[Any], tasks: tuple[object, ...]) -> float | None:
+    """:func:`_passed_for` over asyncio's Handles: each told apart by its callback's type (a
+    timeout's expiry is a bound method: asyncio's a Python one, aiowheel's a compiled one in
+    the compiled build), the few that are timeouts read further."""
     earliest: float | None = None
     for handle in ready:  # in place: nothing here runs a callback, so nothing changes it
+        callback = handle._callback
+        kind = type(callback)
+        if kind is _MethodType:
+            if callback.__func__ is not ASYNCIO_ON_TIMEOUT and callback.__func__ is not _OWN_EXPIRY:
+                continue
+        elif kind is not _BuiltinMethodType or type(callback.__self__) is not Timeout:
+            continue
+        timeout: Any = callback.__self__
+        if getattr(timeout, "_task", None) not in tasks or handle._cancelled:
+            continue
+        when = timeout.when()
+        if isinstance(when, float | int) and (earliest is None or when < earliest):
+            earliest = when
+    return earliest
+
+
+def _passed_among_any(ready: deque[Any], tasks: tuple[object, ...]) -> float | None:
+    """:func:`_passed_among` for other handles (attributes read if there)."""
+    earliest: float | None = None
+    for handle in ready:
         callback = getattr(handle, "_callback", None)
         if getattr(callback, "__name__", None) != "_on_timeout":  # a bound method, compiled or not
             continue
