@@ -113,14 +113,14 @@ class _Recorder(Watcher):
     ``aiowheel.deadline.requests``."""
 
     __slots__ = (
-        "_budget", "_due", "_interval", "_refused", "_requests", "_sent", "_shapes", "_spans",
-        "_stopped",
+        "_budget", "_interval", "_next_sample", "_refused", "_requests", "_sent", "_shapes",
+        "_spans", "_stopped",
     )  # fmt: skip
 
     def __init__(self, meter: metrics.Meter, spans: bool, rate: float | None) -> None:
         self._spans = spans
         self._interval = 0.0 if rate is None else 1.0 / rate
-        self._due: dict[Key, float] = {}  # when each key's histogram takes its next sample
+        self._next_sample: dict[Key, float] = {}  # when each key's histogram takes its next sample
         self._shapes: dict[Key, Attributes] = {}
         self._requests: dict[Key, int] = {}  # (*where, outcome, source): requests
         self._stopped: dict[Key, float] = {}  # where: handler-seconds
@@ -161,7 +161,7 @@ class _Recorder(Watcher):
         if not interval:
             return True
         now = time.monotonic()
-        due = self._due
+        due = self._next_sample
         if now < due.get(key, 0.0):
             return False
         if len(due) < _SHAPES or key in due:
