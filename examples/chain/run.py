@@ -15,29 +15,24 @@ waits until each answers, prints their addresses, and stops them on Ctrl-C (or S
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from examples.chain import METRICS_PORT, MODES
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def commands(
@@ -121,40 +116,86 @@ def started(
     leaves it on this process's stdout and stderr; DEVNULL drops it. With ``metrics``, each
     process's deadlines are instrumented and served for Prometheus (``chain.metrics``).
     ``root``: the checkout the three run from (another one's aiowheel: a bench's baseline)."""
-    ports = {
-        "backend": free_port(),
-        "service": free_port(),
-        "gateway": gateway_port or free_port(),
-    }
-    chain = Chain(ports)
-    if metrics:
-        chain.metrics = {name: free_port() for name in ports}
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop(METRICS_PORT, None)
+    made: Chain | str = ""
+    for _attempt in range(1 if gateway_port is not None else _STARTS):
+        made = _start(mode, loop_mode, gateway_port, output, ready_within, metrics, root)
+        if isinstance(made, Chain):
+            break
+    if not isinstance(made, Chain):
+        raise RuntimeError(made)
+    chain = made
     try:
-        for name, (command, extra) in commands(
-            ports, mode, loop_mode, metrics=chain.metrics
-        ).items():
-            chain.processes[name] = subprocess.Popen(
-                command,
-                cwd=root,
-                env={**env, **extra},
-                stdout=output,
-                stderr=None if output is None else subprocess.STDOUT,
-                text=True,
-            )
-        deadline = time.monotonic() + ready_within
-        for name, process in chain.processes.items():
-            while not _answers(name, ports[name]):
-                if process.poll() is not None:
-                    out = process.communicate()[0] if output == subprocess.PIPE else ""
-                    raise RuntimeError(f"the {name} exited early:\n{out}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the {name} did not answer within {ready_within} s")
-                time.sleep(0.1)
         yield chain
     finally:
         stop(chain)
+
+
+# A process that exits before answering is started again, on other ports, once: a port that was
+# free when chosen can be taken by another process before the child binds it (the CI machine
+# runs other servers beside), which no choice of ports rules out.
+_STARTS = 2
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: each held until all are chosen, so none is chosen twice."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+
+
+def _start(
+    mode: str,
+    loop_mode: bool,
+    gateway_port: int | None,
+    output: int | None,
+    ready_within: float,
+    metrics: bool,
+    root: Path,
+) -> Chain | str:
+    """The three started and answering, or why not (every one started is stopped then)."""
+    free = _free_ports(6)
+    ports = {"backend": free[0], "service": free[1], "gateway": gateway_port or free[2]}
+    chain = Chain(ports)
+    if metrics:
+        chain.metrics = dict(zip(ports, free[3:], strict=True))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop(METRICS_PORT, None)
+    with contextlib.ExitStack() as files:
+        # Dropped output is still kept for the error of a process that exits early.
+        errors: dict[str, Any] = {}
+        if output == subprocess.DEVNULL:
+            errors = {name: files.enter_context(tempfile.TemporaryFile("w+")) for name in ports}
+        try:
+            for name, (command, extra) in commands(
+                ports, mode, loop_mode, metrics=chain.metrics
+            ).items():
+                chain.processes[name] = subprocess.Popen(
+                    command,
+                    cwd=root,
+                    env={**env, **extra},
+                    stdout=output,
+                    stderr=errors.get(name) or (None if output is None else subprocess.STDOUT),
+                    text=True,
+                )
+            deadline = time.monotonic() + ready_within
+            for name, process in chain.processes.items():
+                while not _answers(name, ports[name]):
+                    if process.poll() is not None:
+                        out = process.communicate()[0] if output == subprocess.PIPE else ""
+                        if name in errors:
+                            errors[name].seek(0)
+                            out = errors[name].read()[-4000:]
+                        stop(chain)
+                        return f"the {name} exited early:\n{out}"
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the {name} did not answer within {ready_within} s")
+                    time.sleep(0.1)
+        except BaseException:
+            stop(chain)
+            raise
+    return chain
 
 
 def stop(chain: Chain) -> None:
