@@ -266,8 +266,9 @@ class Guards:
         self._sweep_at = max(_SWEEP_MIN, 2 * live)
 
 
-# asyncio.timeouts' private state an entered Timeout is in while it guards its task (None if
-# renamed: then no asyncio Timeout reads as guarding, and the heap walk alone finds them).
+# asyncio.timeouts' private state an entered Timeout is in while it guards its task (asyncio
+# 3.11 to 3.15 name it so; a rename reads every asyncio Timeout as not guarding, which the
+# differential tests of tests/seeing/test_deadline_index.py would show at once).
 _AsyncioTimeout: Final = asyncio.Timeout
 _TimerHandle: Final = asyncio.TimerHandle
 _ASYNCIO_STATE: Final[object] = getattr(asyncio.timeouts, "_State", None)
