@@ -165,8 +165,8 @@ class RedisSignals(Signals):
 
     @property
     def channel(self) -> str:
-        """The stream's key (or the pub/sub channel): the application's namespace on the
-        server."""
+        """The application's namespace on the server, which is the stream's key (or the
+        pub/sub channel's name)."""
         return self._channel
 
     @property
