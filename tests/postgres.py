@@ -150,6 +150,20 @@ class PostgresServer:
             self.process = None
         shutil.rmtree(self.directory, ignore_errors=True)
 
+    def activity(self, like: str) -> list[tuple[object, ...]]:
+        """The backends whose query contains ``like``: pid, state, seconds since the query
+        started and since its state changed (for a failure's message)."""
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            rows = conn.execute(
+                "select pid, state, extract(epoch from now() - query_start)::float, "
+                "extract(epoch from now() - state_change)::float from pg_stat_activity "
+                "where query like %s and pid <> pg_backend_pid()",
+                (f"%{like}%",),
+            ).fetchall()
+        return [tuple(row) for row in rows]
+
     def running_queries(self, like: str) -> int:
         """How many backends run a query containing ``like`` now (pg_stat_activity)."""
         import psycopg

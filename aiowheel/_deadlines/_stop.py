@@ -185,6 +185,7 @@ class Statement:
         loop = self._request.table.loop
         pauses = itertools.chain(_AGAIN, itertools.repeat(_THEN_EVERY))
         until = time.monotonic() + _CANCEL_FOR
+        reported = False
         for pause in pauses:
             if time.monotonic() > until:
                 return
@@ -194,15 +195,19 @@ class Statement:
                 try:
                     self._cancel()
                 except Exception as exc:
-                    with contextlib.suppress(RuntimeError):  # the loop has closed
-                        loop.call_soon_threadsafe(
-                            loop.call_exception_handler,
-                            {
-                                "message": "aiowheel: cancelling a statement failed",
-                                "exception": exc,
-                            },
-                        )
-                    return
+                    # Reported once; tried again on the same schedule (a cancel is a new
+                    # connection to the server: one refused on a loaded server may pass next).
+                    if not reported:
+                        reported = True
+                        with contextlib.suppress(RuntimeError):  # the loop has closed
+                            loop.call_soon_threadsafe(
+                                loop.call_exception_handler,
+                                {
+                                    "message": "aiowheel: cancelling a statement failed "
+                                    "(tried again until it ends)",
+                                    "exception": exc,
+                                },
+                            )
             time.sleep(pause)
 
 

@@ -47,7 +47,7 @@ class BaseHeap:
     """The base loop's own timer heap, reached without coming back into loop mode.
 
     Chosen once, when the loop is made: the base class's ``call_at`` / ``call_later`` called
-    as plain functions, not through the instance attributes loop mode puts in front of them.
+    as plain functions, not through the attributes loop mode puts in front of them.
     Where one of the base's methods calls the other through ``self`` (asyncio's
     ``call_later`` calls ``self.call_at``; uvloop's ``call_at`` calls ``self.call_later``), a
     near deadline may come back through the router once, and being near it goes straight on to

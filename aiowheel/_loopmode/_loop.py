@@ -9,12 +9,25 @@ code: ``aiowheel.run(main())`` or ``asyncio.run(main(), loop_factory=aiowheel.lo
 Shape. :func:`new_event_loop` makes an instance of a subclass of the base loop class (asyncio's
 default loop, or ``uvloop.Loop``); the rest of the loop is the base's, untouched. The subclass
 is a plain Python class (mypyc cannot subclass a class chosen at run time) and carries the
-loop's :class:`~aiowheel.Timer`. ``call_at`` and ``call_later`` are bound as *instance*
-attributes to the compiled methods of a :class:`~aiowheel._loopmode._loopcalls.LoopCalls` in front
-of the Timer's driver: an overriding method written in Python would add a Python frame (a large
-share of a timer's whole cost: docs/performance.md) to every call, while an instance attribute
-is found first by every caller, the base loop's own code included (asyncio's ``call_later`` calls
-``self.call_at``; uvloop's ``call_at`` calls ``self.call_later``).
+loop's :class:`~aiowheel.Timer`. ``call_at`` and ``call_later`` are the compiled methods of a
+:class:`~aiowheel._loopmode._loopcalls.LoopCalls` in front of the Timer's driver, bound to it and
+set as attributes of the loop's *own class*: an overriding method written in Python would add a
+Python frame (a large share of a timer's whole cost: docs/performance.md) to every call, while
+an attribute of the loop's class that is not a descriptor is handed out as it is, to every
+caller, the base loop's own code included (asyncio's ``call_later`` calls ``self.call_at``;
+uvloop's ``call_at`` calls ``self.call_later``).
+
+One class per loop. Each loop is made as the one instance of a subclass of the config's class,
+of the same name (``_LoopMode.__new__``, :func:`_own_class`); the three things loop mode keeps
+per loop (``_aiowheel``, ``call_at``, ``call_later``) are set on that class, none on the
+instance. They were instance attributes until 0.5: from 3.13 CPython keeps an instance's
+attributes inline only while its class's shared keys have room, and asyncio's loop has 27 of
+its own on 3.14, so a loop-mode loop kept a real dict and every ``self._...`` read of the base
+loop went through it (an empty iteration 11-12% more instructions than stock asyncio's on 3.14
+and 3.15; 1% now). Slots were tried and left: a class with slots over a dict-keeping base has
+no inline values on 3.13, and a subclass of uvloop's ``Loop`` with slots has no ``__dict__``. A
+per-loop class costs about 2.4 KB beside the loop's 95 KB, and ``type(loop)`` differs between
+two loops of one config (their ``__base__`` is the config's class: ``isinstance`` holds).
 
 Placement (Linux's split: hrtimers for precise timers, the wheel for timeouts). A float deadline
 at least ``threshold`` seconds ahead (an int delay too) with a callable goes to the wheel; the
@@ -197,6 +210,19 @@ class _LoopMode:
 
     _aiowheel_config: LoopConfig
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # Each loop is made as the one instance of a class of its own (_own_class): what loop
+        # mode keeps per loop goes on that class, and the instance keeps the base loop's
+        # attributes inline (the module doc). The base's __new__ takes no arguments
+        # (object's refuses them once __new__ is overridden; uvloop's __cinit__ has none).
+        own = _own_class(cls)
+        loop = super().__new__(own)
+        if own.__base__ is not cls:
+            # cls is another loop's own class (type(loop)()): the new loop's is its sibling,
+            # not its subclass, and Python calls __init__ only on an instance of cls.
+            loop.__init__(*args, **kwargs)
+        return loop
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _install(self, type(self)._aiowheel_config)
@@ -307,7 +333,7 @@ def _install(loop: Any, config: LoopConfig) -> None:
     # The driver the Timer is made with, which loop mode drives, asked of the Timer's room; from
     # here on loop mode reads the driver and its binding from the loop's state.
     state = LoopState(timer, driver_of(timer), heap, virtual)
-    setattr(loop, STATE_ATTRIBUTE, state)
+    _per_loop(loop, STATE_ATTRIBUTE, state)
     if virtual is not None:
         _virtual.install(loop, virtual)
     driver = state.driver
@@ -316,9 +342,43 @@ def _install(loop: Any, config: LoopConfig) -> None:
     pad = _bases.near_pad(config.base)
     threshold = _threshold(config.threshold, pad)
     checks = _debug_checks_for(loop, config.base)
-    # Instance attributes, found before the class's methods by every caller (the module doc).
-    loop.call_at, loop.call_later = calls_for(driver, state.binding, threshold, pad, heap, checks)
+    # On the loop's own class, found before the base's methods by every caller (the module doc).
+    call_at, call_later = calls_for(driver, state.binding, threshold, pad, heap, checks)
+    _per_loop(loop, "call_at", call_at)
+    _per_loop(loop, "call_later", call_later)
     _scheduled.install(loop)  # loop._scheduled shows its readers the wheel's timers too
+
+
+_OWN: Final = "_aiowheel_own_class"
+
+
+def _own_class(cls: type[Any]) -> type[Any]:
+    """A new class of one loop: a subclass of ``cls`` (a loop-mode class, or a user's subclass
+    of one), or of what ``cls`` is the own class of (``type(loop)()`` makes a second loop of
+    the same kind), named as it is; marked so that :func:`_per_loop` knows it."""
+    kind: type[Any] = cls.__mro__[1] if cls.__dict__.get(_OWN, False) else cls
+    namespace = {
+        "__module__": kind.__module__,
+        "__qualname__": kind.__qualname__,
+        "__doc__": kind.__doc__,
+        _OWN: True,
+    }
+    own: type[Any] = type(kind.__name__, (kind,), namespace)
+    return own
+
+
+def _per_loop(loop: Any, name: str, value: object) -> None:
+    """Give ``loop`` the attribute ``name``: on its own class (:func:`_own_class`), where its
+    instance gains no attribute; on the instance if the loop was made without one (its
+    class's ``__new__`` bypassed). ``value`` is handed out as it is: loop mode's are never
+    descriptors (bound methods, the native core's calls, a LoopState), and one that were would
+    be wrapped in a ``staticmethod``."""
+    own = type(loop)
+    if own.__dict__.get(_OWN, False):
+        kept: Any = value
+        setattr(own, name, staticmethod(kept) if hasattr(type(kept), "__get__") else kept)
+    else:
+        object.__setattr__(loop, name, value)
 
 
 # The native core (compiled build), for the loop classes' __setattr__; None in the pure build.

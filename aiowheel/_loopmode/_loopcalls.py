@@ -250,8 +250,8 @@ def calls_for(
     heap: BaseHeap,
     debug_checks: Callable[[object, str], None],
 ) -> tuple[Callable[..., object], Callable[..., object]]:
-    """The ``call_at`` / ``call_later`` loop mode sets on a loop, as instance attributes (found
-    before the class's methods by every caller: :mod:`aiowheel._loopmode._loop`): in the compiled
+    """The ``call_at`` / ``call_later`` loop mode sets on a loop's own class (found before the
+    base's methods by every caller: :mod:`aiowheel._loopmode._loop`): in the compiled
     build the native core's (aiowheel/_time/_core.c), which routes as :class:`LoopCalls` does and
     hands it every call that is not for the wheel or the loop's heap; a LoopCalls's own
     otherwise."""

@@ -1,7 +1,8 @@
 """What loop mode keeps for one loop, and the clock that loop's wheel runs by.
 
 A loop-mode loop (:mod:`aiowheel._loopmode._loop`) carries one attribute of aiowheel's,
-``loop._aiowheel``: a :class:`LoopState`, made with the loop. It holds what the rest of loop
+``loop._aiowheel`` (set on the loop's own class, not the instance): a :class:`LoopState`,
+made with the loop. It holds what the rest of loop
 mode reads, each set once: the loop's Timer, the driver under it and the driver's binding
 (the loop, open or closed, and its thread), the base loop's heap
 (:mod:`aiowheel._loopmode._baseheap`) and the virtual clock if the loop has one; and, the one thing
@@ -35,11 +36,11 @@ __all__ = ["LoopState", "ReplacedTime", "driven", "state_of", "time_replaced"]
 
 
 class LoopState:
-    """What loop mode keeps for one loop, in the one attribute it sets on the loop instance
-    (``loop._aiowheel``), each set once as the loop is made: its Timer, the Timer's driver,
-    the driver's binding, its base heap and its virtual clock if any; and the clock its wheel
-    runs by now (:mod:`aiowheel._time._clock`; a Timer of the user's on the loop reads it at each
-    use)."""
+    """What loop mode keeps for one loop, in the one attribute it sets for the loop
+    (``loop._aiowheel``, on the loop's own class), each set once as the loop is made: its
+    Timer, the Timer's driver, the driver's binding, its base heap and its virtual clock if
+    any; and the clock its wheel runs by now (:mod:`aiowheel._time._clock`; a Timer of the
+    user's on the loop reads it at each use)."""
 
     __slots__ = ("binding", "clock", "driver", "driving", "heap", "timer", "virtual")
 

@@ -172,3 +172,50 @@ async def test_bad_input_and_outside_a_request() -> None:
             aiowheel.at_deadline(42)  # type: ignore[arg-type]
 
     assert await ask(app_of(work, 5)) == 200
+
+
+@LOOPS
+async def test_a_statement_s_failing_cancel_is_reported_once_and_tried_until_it_stops() -> None:
+    # What the drivers' adapters do (aiowheel._deadlines._stop.stop_statement): the statement's
+    # cancel is sent when the deadline fires, and again until the statement ends. A cancel that
+    # fails (a refused connection to a loaded server) is reported once and tried again.
+    from aiowheel._deadlines._stop import stop_statement
+
+    loop = asyncio.get_running_loop()
+    seen: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    stop = threading.Event()
+    tries: list[float] = []
+
+    def cancel() -> None:
+        tries.append(time.monotonic())
+        if len(tries) < 3:
+            raise ConnectionRefusedError("the server is busy")
+        stop.set()  # the third one reaches the statement
+
+    ended: list[float] = []
+
+    def blocking() -> None:  # a statement in a worker thread
+        statement = stop_statement(cancel, "a test's statement")
+        assert statement is not None
+        with statement:
+            stop.wait(5)
+        ended.append(time.monotonic())
+
+    async def work() -> None:
+        await asyncio.to_thread(blocking)
+
+    start = time.monotonic()
+    try:
+        assert await ask(app_of(work, 0.2)) == 504
+        for _ in range(100):
+            if ended:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        loop.set_exception_handler(None)
+    assert len(tries) == 3
+    assert ended and ended[0] < start + 0.2 + SLACK  # not the 5 s
+    (context,) = seen
+    assert isinstance(context["exception"], ConnectionRefusedError)
+    assert "cancelling a statement failed" in context["message"]

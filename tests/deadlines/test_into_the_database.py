@@ -76,7 +76,10 @@ async def check(postgres: PostgresServer, query: Query) -> None:
     assert answered - start < DEADLINE + SLACK
     while postgres.running_queries("pg_sleep") and time.monotonic() < answered + SLACK:
         await asyncio.sleep(0.02)
-    assert postgres.running_queries("pg_sleep") == 0, "a query ran on after its 504"
+    assert postgres.running_queries("pg_sleep") == 0, (
+        f"a query ran on after its 504 (answered {time.monotonic() - answered:.2f} s ago): "
+        f"{postgres.activity('pg_sleep')} (pid, state, s since it started, s since its state)"
+    )
     assert await burst(app, "/quick") == [200] * REQUESTS
 
 

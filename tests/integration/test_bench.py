@@ -217,6 +217,24 @@ def test_the_floor_bench_compiles_its_stub_and_times_every_loop(
         assert median > 0
 
 
+def test_the_empty_iteration_bench_times_both_loops_and_says_where_their_attributes_are(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """bench.empty_iteration times stock asyncio and loop mode alternately, and a loop-mode
+    loop keeps its attributes where the stock loop does (inline, from 3.13: not a dict)."""
+    from bench import empty_iteration
+
+    assert empty_iteration.main(["--rounds", "2", "--iterations", "300"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    where = {line.split()[2].rstrip(":"): line.split(" attributes ")[1] for line in lines[:2]}
+    assert where["loop-mode"] == where["stock"], where
+    for op in ("empty", "churn"):
+        ratio = next(line for line in lines if line.startswith(f"{op} loop-mode/stock"))
+        assert float(ratio.split()[3]) > 0
+    with pytest.raises(SystemExit):
+        empty_iteration.main(["--rounds", "0"])
+
+
 def test_the_floor_stub_takes_call_laters_arguments_and_cancels(tmp_path: Path) -> None:
     from bench import floor
 

@@ -70,7 +70,7 @@ def test_loop_factory_pickles_and_its_copy_makes_the_same_loops(base: Any) -> No
     loop = copy()
     original = factory()
     try:
-        assert type(loop) is type(original)
+        assert type(loop).__base__ is type(original).__base__  # each loop has a class of its own
         timer = timer_of(loop)
         assert timer is not None
         assert aiowheel.config_of(loop) == factory.config
