@@ -265,3 +265,26 @@ async def test_outside_a_request_nothing_changes_and_after_the_deadline_nothing_
         assert conn.execute("select 2").fetchone() == (2,)  # the connection is usable
     finally:
         conn.close()
+
+
+@LOOPS
+async def test_a_statement_timeout_set_from_the_budget(postgres: PostgresServer) -> None:
+    # Issue 61, 2: `SET LOCAL statement_timeout` from `time_left()`, no adapter set up. The
+    # server's own timer and the request's deadline end at the same moment: whichever notices
+    # first, the request answers 504 (not a 500 for the server's QueryCanceled), and the
+    # query has ended in PostgreSQL, since its own timeout ended it.
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(postgres.dsn, min_size=REQUESTS, max_size=REQUESTS, open=False)
+    await pool.open()
+
+    async def query(sql: str) -> None:
+        async with pool.connection() as conn, conn.transaction():
+            left_ms = max(1, int(aiowheel.time_left() * 1000))
+            await conn.execute(f"set local statement_timeout = {left_ms}")
+            await (await conn.execute(sql)).fetchall()
+
+    try:
+        await check(postgres, query)
+    finally:
+        await pool.close()
