@@ -18,7 +18,7 @@ import pytest
 
 import aiowheel
 import aiowheel.loops
-from aiowheel.asgi import DeadlineMiddleware
+from bench import database
 from tests.postgres import PostgresServer, need_postgres
 
 pytestmark = pytest.mark.anyio
@@ -31,7 +31,6 @@ LOOPS = pytest.mark.parametrize(
 )
 REQUESTS = 10
 DEADLINE = 0.5
-SLEEP = "select pg_sleep(5)"
 SLACK = 1.5  # seconds: a loaded 2-core machine; the point is 5 s of query never running
 
 
@@ -49,22 +48,13 @@ Query = Callable[[str], Awaitable[Any]]
 
 
 def app_of(query: Query) -> Any:
-    """An ASGI app under ``DeadlineMiddleware(timeout=DEADLINE)`` whose endpoint runs the
-    query its path names (``/slow``: 5 s in PostgreSQL, ``/quick``: ``select 1``)."""
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        await query(SLEEP if scope["path"] == "/slow" else "select 1")
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"})
-
-    return DeadlineMiddleware(app, timeout=DEADLINE)
+    """The database bench's app (``DeadlineMiddleware(timeout=DEADLINE)``; ``/slow``: 5 s in
+    PostgreSQL, ``/quick``: ``select 1``)."""
+    return database.app_of(query, 5.0, DEADLINE)
 
 
 async def burst(app: Any, path: str) -> list[int]:
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
-        responses = await asyncio.gather(*(client.get(path) for _ in range(REQUESTS)))
-    return [response.status_code for response in responses]
+    return await database.burst(app, path, REQUESTS)
 
 
 async def check(postgres: PostgresServer, query: Query) -> None:
@@ -83,139 +73,42 @@ async def check(postgres: PostgresServer, query: Query) -> None:
     assert await burst(app, "/quick") == [200] * REQUESTS
 
 
+# The styles are the database bench's own (bench/database.py: the performance page's table),
+# each with aiowheel's adapter set up where it has one; asyncpg's is its own timeout from the
+# budget (below, with its pool's acquire too).
+STOPPED_STYLES = [
+    pytest.param(style, id=style.__name__)
+    for _, style, stop in database.STYLES
+    if stop or style is database.asyncpg_budget_timeout
+]
+
+
 @LOOPS
-async def test_psycopg_sync_connections_in_threads(postgres: PostgresServer) -> None:
-    import psycopg
-
-    import aiowheel.psycopg
-
-    connections = [
-        aiowheel.psycopg.stop_at_deadline(psycopg.connect(postgres.dsn, autocommit=True))
-        for _ in range(REQUESTS)
-    ]
-    free: asyncio.Queue[psycopg.Connection[Any]] = asyncio.Queue()
-    for conn in connections:
-        free.put_nowait(conn)
-
-    async def query(sql: str) -> None:
-        conn = await free.get()
-        try:
-            await asyncio.to_thread(lambda: conn.execute(sql).fetchall())
-        finally:
-            free.put_nowait(conn)
-
-    try:
+@pytest.mark.parametrize("style", STOPPED_STYLES)
+async def test_every_style_stops_its_query_at_the_deadline(
+    postgres: PostgresServer, style: Any
+) -> None:
+    async with style(postgres.dsn, REQUESTS, True) as (query, held):
         await check(postgres, query)
-    finally:
-        for conn in connections:
-            conn.close()
+        for _ in range(100):  # a pool may take its connection back a moment later
+            if held() == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert held() == 0, f"{held()} connections still held after the quick burst"
 
 
 @LOOPS
-async def test_psycopg_sync_pool_in_threads(postgres: PostgresServer) -> None:
-    from psycopg_pool import ConnectionPool
-
-    import aiowheel.psycopg
-
-    pool = ConnectionPool(postgres.dsn, min_size=REQUESTS, max_size=REQUESTS, open=True)
-    aiowheel.psycopg.stop_at_deadline(pool)
-
-    def run(sql: str) -> None:
-        with pool.connection() as conn:
-            conn.execute(sql).fetchall()
-
-    async def query(sql: str) -> None:
-        await asyncio.to_thread(run, sql)
-
-    try:
-        await check(postgres, query)
-        stats = pool.get_stats()
-        assert stats["pool_size"] == REQUESTS and stats.get("connections_lost", 0) == 0, stats
-    finally:
-        pool.close()
-
-
-@LOOPS
-async def test_sqlalchemy_sync_engine_in_threads(postgres: PostgresServer) -> None:
-    import sqlalchemy
-
-    import aiowheel.sqlalchemy
-
-    url = postgres.dsn.replace("postgresql://", "postgresql+psycopg://")
-    engine = sqlalchemy.create_engine(url, pool_size=REQUESTS, max_overflow=0)
-    aiowheel.sqlalchemy.stop_at_deadline(engine)
-
-    def run(sql: str) -> None:
-        with engine.connect() as conn:
-            conn.execute(sqlalchemy.text(sql)).fetchall()
-
-    async def query(sql: str) -> None:
-        await asyncio.to_thread(run, sql)
-
-    try:
-        await check(postgres, query)
-        assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-    finally:
-        engine.dispose()
-
-
-@LOOPS
-async def test_psycopg_async_pool_in_the_task(postgres: PostgresServer) -> None:
-    from psycopg_pool import AsyncConnectionPool
-
-    import aiowheel.psycopg
-
-    pool = AsyncConnectionPool(postgres.dsn, min_size=REQUESTS, max_size=REQUESTS, open=False)
-    await pool.open()
-    aiowheel.psycopg.stop_at_deadline(pool)
-
-    async def query(sql: str) -> None:
-        async with pool.connection() as conn:
-            await (await conn.execute(sql)).fetchall()
-
-    try:
-        await check(postgres, query)
-    finally:
-        await pool.close()
-
-
-@LOOPS
-async def test_sqlalchemy_async_engine_over_asyncpg(postgres: PostgresServer) -> None:
-    import sqlalchemy
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    import aiowheel.sqlalchemy
-
-    url = postgres.dsn.replace("postgresql://", "postgresql+asyncpg://")
-    engine = create_async_engine(url, pool_size=REQUESTS, max_overflow=0)
-    aiowheel.sqlalchemy.stop_at_deadline(engine)
-
-    async def query(sql: str) -> None:
-        async with engine.connect() as conn:
-            (await conn.execute(sqlalchemy.text(sql))).fetchall()
-
-    try:
-        await check(postgres, query)
-    finally:
-        await engine.dispose()
-
-
-@LOOPS
-@pytest.mark.parametrize("where", ["fetch", "acquire"])
-async def test_asyncpg_with_a_timeout_from_the_budget(postgres: PostgresServer, where: str) -> None:
+async def test_asyncpg_acquire_with_a_timeout_from_the_budget(postgres: PostgresServer) -> None:
     # The careful developer's extra line: asyncpg's own timeout set from the budget. It
-    # answered 500 (acquire) or left 18 of 20 queries running (fetch) on the stock loop.
+    # answered 500 (acquire) or left 18 of 20 queries running (fetch, a style above) on the
+    # stock loop.
     import asyncpg
 
     pool = await asyncpg.create_pool(postgres.dsn, min_size=REQUESTS, max_size=REQUESTS)
 
     async def query(sql: str) -> None:
-        if where == "acquire":
-            async with pool.acquire(timeout=aiowheel.time_left()) as conn:
-                await conn.fetch(sql)
-        else:
-            async with pool.acquire() as conn:
-                await conn.fetch(sql, timeout=aiowheel.time_left())
+        async with pool.acquire(timeout=aiowheel.time_left()) as conn:
+            await conn.fetch(sql)
 
     try:
         await check(postgres, query)
