@@ -3,8 +3,9 @@ the user's guide): ``stop_at_deadline`` over :mod:`._stop`.
 
 Set up once on a connection or a pool, no query site changed: each connection's cursors (its
 ``cursor_factory`` and ``server_cursor_factory``, which ``conn.execute`` and ``conn.cursor()``
-use) are replaced by subclasses of the ones it had, whose ``execute`` / ``executemany`` file
-the connection's cancel at the current request's deadline for the statement's duration
+use) are replaced by subclasses of the ones it had, whose ``execute`` / ``executemany`` (and
+``stream`` / ``copy``, for as long as the rows come or the block lasts) file the connection's
+cancel at the current request's deadline for the statement's duration
 (:func:`aiowheel._deadlines._stop.stop_statement`). A pool's connections get the same as the
 pool hands them out (its ``getconn``, which ``pool.connection()`` calls). The cancel is
 libpq's (``PQcancel``, made to be called from another thread), sent from a canceller thread:
@@ -16,7 +17,8 @@ pool usable.
 from __future__ import annotations
 
 import functools
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any, Final, TypeVar
 
 import psycopg
@@ -74,6 +76,17 @@ def _stopping(cursor: type[Any]) -> type[Any]:
         async def executemany(self: Any, *args: Any, **kwargs: Any) -> Any:
             with _filed(self):
                 return await super(made, self).executemany(*args, **kwargs)
+
+        async def stream(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            with _filed(self):
+                async for row in super(made, self).stream(*args, **kwargs):
+                    yield row
+
+        @asynccontextmanager
+        async def copy(self: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            with _filed(self):
+                async with super(made, self).copy(*args, **kwargs) as copying:
+                    yield copying
     else:
 
         def execute(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
@@ -84,7 +97,24 @@ def _stopping(cursor: type[Any]) -> type[Any]:
             with _filed(self):
                 return super(made, self).executemany(*args, **kwargs)
 
-    namespace = {"execute": execute, "executemany": executemany, "_aiowheel_stops": True}
+        def stream(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:  # type: ignore[misc]
+            with _filed(self):
+                yield from super(made, self).stream(*args, **kwargs)
+
+        @contextmanager
+        def copy(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:  # type: ignore[misc]
+            with _filed(self), super(made, self).copy(*args, **kwargs) as copying:
+                yield copying
+
+    # A stream's rows and a COPY's block are one statement each: filed for as long as the
+    # rows come (the generator's end or close) or the block lasts.
+    namespace = {
+        "execute": execute,
+        "executemany": executemany,
+        "stream": stream,
+        "copy": copy,
+        "_aiowheel_stops": True,
+    }
     made: type[Any] = type(f"Stopping{cursor.__name__}", (cursor,), namespace)
     made.__module__ = __name__
     return made

@@ -181,3 +181,54 @@ async def test_a_statement_timeout_set_from_the_budget(postgres: PostgresServer)
         await check(postgres, query)
     finally:
         await pool.close()
+
+
+@LOOPS
+@pytest.mark.parametrize("how", ["stream", "copy"])
+@pytest.mark.parametrize("where", ["sync, in threads", "async, in the task"])
+async def test_a_stream_and_a_copy_stop_at_the_deadline_too(
+    postgres: PostgresServer, how: str, where: str
+) -> None:
+    # Issue 61, 3: a cursor's stream() and copy() are statements too (the rows of one, the
+    # block of the other). The slow query is the one every test runs: its rows come only
+    # after its 5 s, so only the cancel ends it before.
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    import aiowheel.psycopg
+
+    def copied(sql: str) -> str:
+        return f"copy ({sql}) to stdout"
+
+    if where == "sync, in threads":
+        pool: Any = ConnectionPool(postgres.dsn, min_size=REQUESTS, max_size=REQUESTS, open=True)
+
+        def run(sql: str) -> None:
+            with pool.connection() as conn, conn.cursor() as cur:
+                if how == "stream":
+                    assert list(cur.stream(sql))
+                else:
+                    with cur.copy(copied(sql)) as copy:
+                        assert list(copy)
+
+        async def query(sql: str) -> None:
+            await asyncio.to_thread(run, sql)
+
+    else:
+        pool = AsyncConnectionPool(postgres.dsn, min_size=REQUESTS, max_size=REQUESTS, open=False)
+        await pool.open()
+
+        async def query(sql: str) -> None:
+            async with pool.connection() as conn, conn.cursor() as cur:
+                if how == "stream":
+                    assert [row async for row in cur.stream(sql)]
+                else:
+                    async with cur.copy(copied(sql)) as copy:
+                        assert [block async for block in copy]
+
+    aiowheel.psycopg.stop_at_deadline(pool)
+    try:
+        await check(postgres, query)
+    finally:
+        closed = pool.close()
+        if closed is not None:
+            await closed
