@@ -23,7 +23,9 @@ cost of timers grows with the number pending while the loop runs for real.
   timers fire around it).
 - figures: ``churn_per_s``, ``due_per_s`` (stream timers that fired inside the measured
   window, per second of it), lateness p50/p99 (ms), ``early``, ``bytes_per_timer``,
-  ``file_s``. The child ends with ``os._exit`` (freeing 10M handles is not measured).
+  ``file_s``; and the garbage collector's runs and pauses while time moves (``gc_s``,
+  ``gc_max_ms``: the collector is left on, as a server leaves it). The child ends with
+  ``os._exit`` (freeing 10M handles is not measured).
 
 **Contenders**: ``loop/asyncio`` and ``loop/uvloop`` (the loops' own timers), ``loop-mode/``
 each (``aiowheel.new_event_loop(base)``: every ``call_at`` / ``call_later`` on the wheel), and
@@ -45,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -146,6 +149,16 @@ async def measure(contender: str, n: int, seconds: float, due_rate: float,
         record(now - deadline)
         stamp(now)
 
+    pauses: list[float] = []  # the garbage collector's pauses while time moves (s)
+    began_gc = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began_gc[0] = time.perf_counter()
+        else:
+            pauses.append(time.perf_counter() - began_gc[0])
+
+    gc.callbacks.append(on_gc)
     t0 = loop.time()
     window_start, window_end = t0 + LEAD, t0 + LEAD + seconds
     total_due = int(due_rate * seconds)  # the stream's deadlines all lie in the window
@@ -188,6 +201,7 @@ async def measure(contender: str, n: int, seconds: float, due_rate: float,
 
     loop.call_soon(pump)
     await done
+    gc.callbacks.remove(on_gc)
     ordered = sorted(lateness)
     in_window = sum(window_start <= at <= window_end for at in fired_at)
     figures = {
@@ -200,7 +214,8 @@ async def measure(contender: str, n: int, seconds: float, due_rate: float,
         "p50_ms": percentile(ordered, 0.5) * 1e3, "p99_ms": percentile(ordered, 0.99) * 1e3,
         "max_ms": (ordered[-1] if ordered else float("nan")) * 1e3,
         "early": sum(x < 0 for x in lateness), "pumps": state["pumps"],
-        "loop": type(loop).__name__,
+        "loop": type(loop).__name__, "gc_runs": len(pauses), "gc_s": sum(pauses),
+        "gc_max_ms": max(pauses, default=0.0) * 1e3,
     }  # fmt: skip
     return figures
 
@@ -396,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="pending populations N, comma-separated")  # fmt: skip
     parser.add_argument("--seconds", type=float, default=5.0, help="measured window (s)")
     parser.add_argument("--due-rate", type=float, default=100_000.0, help="due timers per s")
-    parser.add_argument("--churn-rate", type=float, default=50_000.0,
+    parser.add_argument("--churn-rate", type=float, default=20_000.0,
                         help="call_later + cancel per s in the pump's gaps")  # fmt: skip
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--max-gb", type=float, default=8.0, help="memory cap per child (GiB)")
