@@ -358,6 +358,12 @@ def verdict_table(judged: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _minor(value: float, _position: object = None) -> str:
+    """Label the minor ticks 2 and 5 of each decade (a rate axis spans less than one)."""
+    lead = f"{value:.0e}"[0]
+    return fmt_n(value) if lead in "25" else ""
+
+
 def plot(rows: list[dict[str, Any]], path: Path, tick_ms: float) -> bool:
     """Churn, due rate and p99 lateness against N (log x), one line per contender."""
     from matplotlib.ticker import FuncFormatter
@@ -380,13 +386,16 @@ def plot(rows: list[dict[str, Any]], path: Path, tick_ms: float) -> bool:
                     color=COLOURS[loop], linestyle=STYLES[kind],
                     label=f"{LABELS[kind]} {loop}")  # fmt: skip
         ax.set_xscale("log")
+        ax.set_yscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, p: fmt_n(v)))
-        if metric != "p99_ms":
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, p: fmt_n(v)))
-            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, p: ""))
-        else:
+        if metric == "p99_ms":
             ax.axhline(tick_ms, color="grey", linewidth=0.8, linestyle=":")
+            ax.annotate("one tick", (rows[0]["n"], tick_ms), fontsize=8, color="grey",
+                        xytext=(2, 3), textcoords="offset points")  # fmt: skip
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, p: f"{v:g}"))
+        else:
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, p: fmt_n(v)))
+            ax.yaxis.set_minor_formatter(FuncFormatter(_minor))
         ax.set_xlabel("timers pending")
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
@@ -421,9 +430,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help="draw the figures here (matplotlib)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--from-json", type=Path,
+                        help="tabulate, judge and draw a run's JSON again")  # fmt: skip
     args = parser.parse_args(argv)
     if args.child:
         return child(args)
+    if args.from_json:
+        document = json.loads(args.from_json.read_text())
+        print(tables(document["rows"], document["skipped"]) + "\n")
+        print(verdict_table(verdicts(document["rows"], document["tick_ms"])))
+        if args.plot and plot(document["rows"], args.plot, document["tick_ms"]):
+            print(f"drew {args.plot}")
+        return 0
 
     from aiowheel._common import _validate
 

@@ -500,6 +500,12 @@ def test_the_cost_curve_bench_fires_the_due_stream_on_every_contender_and_draws(
     assert "| contender | churn small/large |" in out and "| loop-mode/asyncio | 1k |" in out
     assert document["environment"]["python"] and document["tick_ms"] == 1.0
     assert out_png.stat().st_size > 1000
+    # A run's JSON is tabulated, judged and drawn again without running anything.
+    assert (
+        cost_curve.main(["--from-json", str(out_json), "--plot", str(tmp_path / "again.png")]) == 0
+    )
+    assert "| loop-mode/asyncio | 5k |" in capsys.readouterr().out
+    assert (tmp_path / "again.png").stat().st_size > 1000
 
 
 def test_the_cost_curve_bench_skips_what_would_pass_its_memory_cap(
