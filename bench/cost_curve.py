@@ -453,6 +453,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [c for c in contenders if c not in CONTENDERS]
     if unknown:
         parser.error(f"unknown contenders {unknown}; valid: {', '.join(CONTENDERS)}")
+    env = environment()  # the commit measured: read before the run, not after
+    try:
+        env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                       capture_output=True, text=True).stdout.strip()  # fmt: skip
+    except OSError:
+        env["commit"] = None
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     for contender in contenders:
@@ -482,12 +488,6 @@ def main(argv: list[str] | None = None) -> int:
           f" one tick ({tick_ms:g} ms) of 1k's. Ratios are small/large (above 1: slower at"
           " large).\n")  # fmt: skip
     print(verdict_table(judged))
-    env = environment()
-    try:
-        env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                       capture_output=True, text=True).stdout.strip()  # fmt: skip
-    except OSError:
-        env["commit"] = None
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
