@@ -471,3 +471,50 @@ def test_the_deadline_metrics_bench_measures_off_on_and_every_request(tmp_path: 
     from aiowheel._deadlines._seen import SEEN
 
     assert SEEN.watcher is None  # every instrumentation it made was closed
+
+
+def test_the_cost_curve_bench_fires_the_due_stream_on_every_contender_and_draws(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import cost_curve
+
+    out_json, out_png = tmp_path / "curve.json", tmp_path / "curve.png"
+    assert cost_curve.main(["--sizes", "1000,5000", "--seconds", "0.5", "--due-rate", "2000",
+                            "--churn-rate", "2000", "--json", str(out_json),
+                            "--plot", str(out_png)]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    document = json.loads(out_json.read_text())
+    expected = [c for c in cost_curve.CONTENDERS if cost_curve.installed(c)]
+    assert "loop-mode/asyncio" in expected and "aiowheel/asyncio" in expected
+    rows = {(r["contender"], r["n"]): r for r in document["rows"]}
+    assert set(rows) == {(c, n) for c in expected for n in (1000, 5000)}, document["skipped"]
+    for (contender, _), row in rows.items():
+        assert row["due_filed"] == 1000  # 2000/s over 0.5 s
+        assert row["due_fired"] == 1000, contender  # every due timer fired
+        assert row["due_per_s"] > 1000  # most of them inside the window
+        assert row["churned"] > 0 and row["churn_per_s"] > 0
+        assert row["file_s"] > 0 and row["p99_ms"] >= row["p50_ms"] >= 0
+        if not contender.endswith("uvloop") or contender.startswith("loop-mode"):
+            assert row["early"] == 0, contender  # uvloop's own rounds to the millisecond
+    assert {v["contender"] for v in document["verdicts"]} == set(expected)
+    assert "| contender | churn small/large |" in out and "| loop-mode/asyncio | 1k |" in out
+    assert document["environment"]["python"] and document["tick_ms"] == 1.0
+    assert out_png.stat().st_size > 1000
+    # A run's JSON is tabulated, judged and drawn again without running anything.
+    assert (
+        cost_curve.main(["--from-json", str(out_json), "--plot", str(tmp_path / "again.png")]) == 0
+    )
+    assert "| loop-mode/asyncio | 5k |" in capsys.readouterr().out
+    assert (tmp_path / "again.png").stat().st_size > 1000
+
+
+def test_the_cost_curve_bench_skips_what_would_pass_its_memory_cap(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench import cost_curve
+
+    # 10M timers at 300 bytes or more each would pass a cap of 1 GiB: skipped, never started.
+    argv = ["--sizes", "10000000", "--contenders", "loop-mode/asyncio", "--max-gb", "1"]
+    assert cost_curve.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "loop-mode/asyncio at 10M: skipped:" in out and "> --max-gb 1" in out
