@@ -12,12 +12,13 @@ this it runs on after the 504, holding its thread and its connection::
             return conn.execute(query).fetchall()   # cancelled in PostgreSQL at the deadline
 
 Every statement a ``Connection``, ``AsyncConnection``, ``ConnectionPool`` or
-``AsyncConnectionPool`` runs under a request's deadline (``execute``, ``executemany``, a cursor's ``stream`` and
-``copy``, through the connection or its cursors) is cancelled in PostgreSQL when the deadline fires: the
-statement raises ``psycopg.errors.QueryCanceled`` in its thread, the connection's context
-manager rolls back, and the connection goes back to its pool usable. A statement started after
-the deadline is not sent (:class:`aiowheel.asgi.BudgetExhausted`). Outside a request nothing
-changes. Built on :func:`aiowheel.at_deadline`.
+``AsyncConnectionPool`` runs under a request's deadline (``execute``, ``executemany``, a
+cursor's ``stream`` and ``copy``, through the connection or its cursors) is cancelled in
+PostgreSQL when the deadline fires: the statement raises ``psycopg.errors.QueryCanceled`` in
+its thread, the connection's context manager rolls back, and the connection goes back to its
+pool usable. A statement started after the deadline is not sent
+(:class:`aiowheel.asgi.BudgetExhausted`). Outside a request nothing changes. Built on
+:func:`aiowheel.at_deadline`.
 
 An integration module, like :mod:`aiowheel.httpx`: it imports psycopg (the ``postgres`` extra),
 and is not compiled.
