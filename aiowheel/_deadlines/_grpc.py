@@ -4,6 +4,9 @@ user's guide): ``DeadlineInterceptor`` for servers, ``PropagateDeadline`` for ch
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import inspect
 import math
 from asyncio import _get_running_loop
@@ -179,20 +182,40 @@ def _streamed(
             try:
                 async for response in stream:
                     yield response
+            except GeneratorExit:
+                # Left at a yield: the call's task was cancelled (its deadline, or its client
+                # gone) while grpc was writing a response, and grpc dropped us there; we are
+                # closed later, in the task that finalizes the generator. The behaviour is
+                # told what a cancelled call tells it at an await: CancelledError, at its
+                # own yield.
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await stream.athrow(asyncio.CancelledError())  # type: ignore[attr-defined]
+                raise
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
+        except GeneratorExit:
+            _reset(token)
+            Deadlines.end(state, asyncio.CancelledError())  # missed, or cancelled from outside
+            raise
         except BaseException as exc:
-            current.reset(token)
+            _reset(token)
             if not Deadlines.end(state, exc):
                 raise
         else:
-            current.reset(token)
+            _reset(token)
             if not Deadlines.end(state, None):
                 return
         await _exceeded(context, state)
 
     under_deadline.__qualname__ = getattr(behaviour, "__qualname__", "behaviour")
     return under_deadline
+
+
+def _reset(token: contextvars.Token[Request | None]) -> None:
+    """Restore the request variable, unless this is not the context that set it: a stream
+    closed by the task that finalizes it (its own context, where nothing of ours was set)."""
+    with contextlib.suppress(ValueError):
+        current.reset(token)
 
 
 def _representable(seconds: float) -> float:

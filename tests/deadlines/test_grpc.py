@@ -635,3 +635,53 @@ async def test_instrumented_methods_are_counted_by_service_and_method_and_budget
     budgets = {p.attributes["rpc.method"]: p for p in found["aiowheel.deadline.budget"]}
     assert budgets["Slow"].sum == pytest.approx(0.2) and budgets["Unary"].count == 2
     assert budgets["Unary"].sum == pytest.approx(0.4)  # the method's own 0.2 s, twice
+
+
+@ON_LOOPS
+async def test_a_stream_dropped_at_its_yield_is_told_cancelled_and_closes_cleanly() -> None:
+    # grpc.aio drops a response stream where the call's task was cancelled while it wrote a
+    # response: the stream is left at its yield, and closed later by the task that finalizes
+    # it, in that task's context (CI: "ValueError: <Token ...> was created in a different
+    # Context" from the request variable's reset, and the behaviour saw GeneratorExit).
+    import gc
+
+    from aiowheel._deadlines._deadline import Deadlines
+    from aiowheel._deadlines._grpc import _streamed
+
+    seen: list[str] = []
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+
+    async def behaviour(request: Any, context: Any) -> AsyncIterator[Any]:
+        try:
+            for i in range(100):
+                yield {"i": i}
+                await asyncio.sleep(0.01)
+        except BaseException as exc:
+            seen.append(type(exc).__name__)
+            raise
+
+    class Context:  # what the wrapper asks of grpc.aio's ServicerContext
+        def time_remaining(self) -> float | None:
+            return None
+
+    wrapped = _streamed(behaviour, Deadlines(), 5.0, "/test.Work/Stream")
+
+    async def call() -> None:  # the call's task: one response, then grpc drops the stream
+        stream: Any = wrapped({}, Context())
+        assert await stream.__anext__() == {"i": 0}
+
+    try:
+        await asyncio.create_task(call())
+        for _ in range(20):  # collected, then closed by the loop's finalizer task
+            gc.collect()
+            await asyncio.sleep(0.01)
+            if seen:
+                break
+        gc.collect()
+        await asyncio.sleep(0.01)
+    finally:
+        loop.set_exception_handler(None)
+    assert seen == ["CancelledError"]
+    assert errors == []
