@@ -20,7 +20,7 @@ uvloop's ``call_at`` calls ``self.call_later``).
 One class per loop. Each loop is made as the one instance of a subclass of the config's class,
 of the same name (``_LoopMode.__new__``, :func:`_own_class`); the three things loop mode keeps
 per loop (``_aiowheel``, ``call_at``, ``call_later``) are set on that class, none on the
-instance. They were instance attributes until 0.5: from 3.13 CPython keeps an instance's
+instance. They were instance attributes before (2026-11-29): from 3.13 CPython keeps an instance's
 attributes inline only while its class's shared keys have room, and asyncio's loop has 27 of
 its own on 3.14, so a loop-mode loop kept a real dict and every ``self._...`` read of the base
 loop went through it (an empty iteration 11-12% more instructions than stock asyncio's on 3.14
