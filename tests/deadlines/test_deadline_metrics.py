@@ -174,12 +174,13 @@ def test_aiohttp_met_and_missed_counted_under_the_route_template(
 
 def fastapi_gateway(downstream: httpx.AsyncBaseTransport) -> Any:
     """A FastAPI app under DeadlineMiddleware(timeout=2): ``/items/{item_id}`` calls
-    ``downstream`` through DeadlineTransport; ``/starved/{item_id}`` calls it with 2 ms left."""
+    ``downstream`` through DeadlineTransport; ``/starved/{item_id}`` calls it with less budget
+    than the client's margin."""
     app = FastAPI()
 
-    async def call() -> int:
+    async def call(margin: float = 0.005) -> int:
         async with httpx.AsyncClient(
-            transport=DeadlineTransport(downstream), base_url="http://downstream"
+            transport=DeadlineTransport(downstream, margin=margin), base_url="http://downstream"
         ) as client:
             return (await client.get("/")).status_code
 
@@ -189,10 +190,12 @@ def fastapi_gateway(downstream: httpx.AsyncBaseTransport) -> Any:
 
     @app.get("/starved/{item_id}")
     async def starved(item_id: str) -> dict[str, int]:
-        set_deadline(0.004)  # 4 ms after arrival: under the 5 ms margin by the time it calls
-        await asyncio.sleep(0.001)
+        # Less budget than the client's margin, by a wide margin on either side: refused,
+        # however slow the machine (a 4 ms deadline against the 5 ms margin fired first on a
+        # loaded one: a 504, not the refusal this route is for).
+        set_deadline(1.0)
         try:
-            return {"downstream": await call()}
+            return {"downstream": await call(margin=30.0)}
         except BudgetExhausted:  # (raised through FastAPI, it would be a 500: its error page)
             return {"downstream": 0}
 
