@@ -164,39 +164,38 @@ def _awaited(
 
 def _streamed(
     behaviour: Callable[..., AsyncIterator[Any]], deadlines: Deadlines, seconds: float, method: str
-) -> Callable[[Any, aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
-    """An async generator behaviour (a stream of responses) iterated under the deadline: each
-    response is produced in the call's task, so the deadline cuts the stream where it waits."""
+) -> Callable[[Any, aio.ServicerContext[Any, Any]], Awaitable[None]]:
+    """An async generator behaviour (a stream of responses) iterated under the deadline, its
+    responses written with ``context.write`` by this coroutine in the call's task: the
+    deadline's cancellation lands in our own frame wherever the call waits, in the behaviour
+    or in a write.
 
-    async def under_deadline(
-        request: Any, context: aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[Any]:
+    Not an async generator of our own that grpc.aio iterates: a cancellation that landed while
+    grpc wrote a response was caught in grpc's code, which then dropped the generator at its
+    yield and sent no status, so the caller waited on (a test hung on 3.13), and the generator
+    was closed later by the task that finalized it, in another context."""
+
+    async def under_deadline(request: Any, context: aio.ServicerContext[Any, Any]) -> None:
         state = _start(deadlines, seconds, method, context)
-        if state is None:
-            async for response in behaviour(request, context):
-                yield response
-            return
         stream = behaviour(request, context)
-        token = current.set(state)  # in the call's task's context: grpc iterates us there
+        if state is None:
+            async for response in stream:
+                await context.write(response)
+            return
+        token = current.set(state)
         try:
             try:
                 async for response in stream:
-                    yield response
-            except GeneratorExit:
-                # Left at a yield: the call's task was cancelled (its deadline, or its client
-                # gone) while grpc was writing a response, and grpc dropped us there; we are
-                # closed later, in the task that finalizes the generator. The behaviour is
-                # told what a cancelled call tells it at an await: CancelledError, at its
-                # own yield.
+                    await context.write(response)
+            except asyncio.CancelledError:
+                # Cancelled in a write: the behaviour waits at its yield, and is told what a
+                # cancelled call tells it at an await (a cancellation in the behaviour has
+                # ended it already: athrow then finds it closed).
                 with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                     await stream.athrow(asyncio.CancelledError())  # type: ignore[attr-defined]
                 raise
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
-        except GeneratorExit:
-            _reset(token)
-            Deadlines.end(state, asyncio.CancelledError())  # missed, or cancelled from outside
-            raise
         except BaseException as exc:
             _reset(token)
             if not Deadlines.end(state, exc):
