@@ -166,13 +166,4 @@ class PostgresServer:
 
     def running_queries(self, like: str) -> int:
         """How many backends run a query containing ``like`` now (pg_stat_activity)."""
-        import psycopg
-
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            row = conn.execute(
-                "select count(*) from pg_stat_activity where state = 'active' "
-                "and query like %s and pid <> pg_backend_pid()",
-                (f"%{like}%",),
-            ).fetchone()
-        assert row is not None
-        return int(row[0])
+        return sum(state == "active" for _, state, *_ in self.activity(like))

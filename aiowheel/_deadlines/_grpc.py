@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import inspect
 import math
 from asyncio import _get_running_loop
@@ -197,24 +196,17 @@ def _streamed(
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
         except BaseException as exc:
-            _reset(token)
+            current.reset(token)
             if not Deadlines.end(state, exc):
                 raise
         else:
-            _reset(token)
+            current.reset(token)
             if not Deadlines.end(state, None):
                 return
         await _exceeded(context, state)
 
     under_deadline.__qualname__ = getattr(behaviour, "__qualname__", "behaviour")
     return under_deadline
-
-
-def _reset(token: contextvars.Token[Request | None]) -> None:
-    """Restore the request variable, unless this is not the context that set it: a stream
-    closed by the task that finalizes it (its own context, where nothing of ours was set)."""
-    with contextlib.suppress(ValueError):
-        current.reset(token)
 
 
 def _representable(seconds: float) -> float:
