@@ -47,6 +47,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,6 +85,41 @@ def chain_cpu(chain: Chain) -> Callable[[], dict[str, float]]:
         return times
 
     return read
+
+
+def chain_instructions(
+    chain: Chain, out: Path, keep: Path | None = None, label: str = ""
+) -> Callable[[], dict[str, float]]:
+    """A reader of the instructions each of the chain's three processes has run (started under
+    ``valgrind --tool=callgrind``, :data:`CALLGRIND`, writing to ``out``), in millions: each
+    read has callgrind dump (which zeroes its counters) and adds up the dumps so far.
+    Deterministic where CPU time is not: a shared machine's load does not move it. ``keep``:
+    a folder the dumps are moved to (``LABEL.HOP.N``, for ``callgrind_annotate``)."""
+    pids = {name: process.pid for name, process in chain.processes.items()}
+    totals = dict.fromkeys(pids, 0)
+    dumps = itertools.count()
+
+    def read() -> dict[str, float]:
+        for name, pid in pids.items():
+            before = set(out.glob(f"cg.{pid}.*"))
+            subprocess.run(
+                ["callgrind_control", "-d", str(pid)], check=True, capture_output=True, timeout=300
+            )
+            for path in set(out.glob(f"cg.{pid}.*")) - before:
+                for line in path.read_text(errors="replace").splitlines():
+                    if line.startswith("totals:"):
+                        totals[name] += int(line.split()[1])
+                if keep is None:
+                    path.unlink()
+                else:
+                    path.rename(keep / f"{label}.{name}.{next(dumps)}")
+        return {name: total / 1e6 for name, total in totals.items()}
+
+    return read
+
+
+CALLGRIND = ("valgrind", "--tool=callgrind", "--callgrind-out-file={out}/cg.%p")
+"""``--callgrind``: each process's command line starts with these words."""
 
 
 async def hop_records(session: aiohttp.ClientSession, chain: Chain) -> dict[str, list[Any]]:
@@ -152,10 +188,15 @@ async def overload(chain: Chain, args: argparse.Namespace) -> dict[str, float]:
     }
 
 
-async def cpu_bursts(chains: dict[str, Chain], args: argparse.Namespace) -> dict[str, float]:
+async def cpu_bursts(
+    chains: dict[str, Chain],
+    args: argparse.Namespace,
+    readers: dict[str, Callable[[], dict[str, float]]] | None = None,
+) -> dict[str, float]:
     """CPU time of each chain's three processes per fast request, in bursts that alternate
-    between the chains; the medians, and the median of the per-burst ratios."""
-    per_request, per_hop, not_ok = await bursts(chains, args)
+    between the chains; the medians, and the median of the per-burst ratios. ``readers``:
+    see :func:`bursts` (then the ``_us`` figures are instructions per request)."""
+    per_request, per_hop, not_ok = await bursts(chains, args, readers)
     ratios = [p / n for p, n in zip(per_request["propagated"], per_request["none"], strict=True)]
     layers = [p / n for p, n in zip(per_request["layers"], per_request["none"], strict=True)]
     over = [p / n for p, n in zip(per_request["propagated"], per_request["layers"], strict=True)]
@@ -173,12 +214,16 @@ async def cpu_bursts(chains: dict[str, Chain], args: argparse.Namespace) -> dict
 
 
 async def bursts(
-    chains: dict[str, Chain], args: argparse.Namespace
+    chains: dict[str, Chain],
+    args: argparse.Namespace,
+    readers: dict[str, Callable[[], dict[str, float]]] | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, int]]:
     """``--bursts`` bursts of fast requests per chain, alternating between the chains (after
     one burst each to warm up): each burst's CPU us per request, of the three processes and
-    of each ("name hop"), and how many answers were not 200."""
-    cpu = {name: chain_cpu(chain) for name, chain in chains.items()}
+    of each ("name hop"), and how many answers were not 200. ``readers``: what is counted
+    instead of CPU seconds, per chain (:func:`chain_instructions`: millions of
+    instructions, so the figures are instructions per request)."""
+    cpu = readers or {name: chain_cpu(chain) for name, chain in chains.items()}
     per_request: dict[str, list[float]] = {name: [] for name in chains}
     per_hop: dict[str, list[float]] = {}  # "none gateway": [us per request, per burst], ...
     not_ok = dict.fromkeys(chains, 0)
@@ -234,6 +279,28 @@ def run_round(index: int, args: argparse.Namespace) -> dict[str, dict[str, float
         figures["cpu"] = asyncio.run(cpu_bursts(chains, args))
     figures["cpu"]["load_1m_at_start"] = load
     return figures
+
+
+def callgrind_round(args: argparse.Namespace) -> dict[str, float]:
+    """``--callgrind``: the CPU bursts with each process under callgrind, instructions counted
+    instead of CPU time (each process some 50 times slower: use small counts)."""
+    with tempfile.TemporaryDirectory(prefix="chain-callgrind-") as scratch:
+        out = Path(scratch)
+        wrap = tuple(word.format(out=out) for word in CALLGRIND)
+        with contextlib.ExitStack() as stack:
+            chains = {
+                mode: stack.enter_context(started(
+                    mode, args.loop_mode, output=subprocess.DEVNULL, ready_within=600.0, wrap=wrap
+                ))
+                for mode in ("none", "layers", "propagated")
+            }  # fmt: skip
+            keep = Path(args.out) / "callgrind" if args.keep_dumps else None
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+            readers = {
+                name: chain_instructions(chain, out, keep, name) for name, chain in chains.items()
+            }
+            return asyncio.run(cpu_bursts(chains, args, readers))
 
 
 def spread(values: list[float], digits: int = 1) -> str:
@@ -521,6 +588,13 @@ def main(argv: list[str]) -> int:
     )  # fmt: skip
     parser.add_argument("--base", help="--metrics-cost: a checkout to compare 'off' against")
     parser.add_argument(
+        "--callgrind", action="store_true",
+        help="the CPU bursts only, each process under callgrind: instructions per request",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep-dumps", action="store_true", help="--callgrind: keep the dumps in OUT/callgrind"
+    )
+    parser.add_argument(
         "--dashboard", action="store_true",
         help="a run through the instrumented chain, drawn from its metrics, instead",
     )  # fmt: skip
@@ -540,6 +614,11 @@ def main(argv: list[str]) -> int:
         print(json.dumps(cost["summary"], indent=2))
         print(f"wrote {out / 'chain-metrics-cost.json'}")
         return 1 if any(r["not_ok"] for r in cost["rounds"]) else 0
+    if args.callgrind:
+        counted = callgrind_round(args)
+        (out / "chain-callgrind.json").write_text(json.dumps({"args": vars(args), **counted}))
+        print(json.dumps(counted, indent=2))
+        return 1 if counted["not_ok"] else 0
     if args.dashboard:
         with started("propagated", args.loop_mode, output=subprocess.DEVNULL, metrics=True) as c:
             run = asyncio.run(dashboard_load(c, args))

@@ -41,12 +41,16 @@ def commands(
     loop_mode: bool,
     python: str = sys.executable,
     metrics: dict[str, int] | None = None,
+    wrap: tuple[str, ...] = (),
 ) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Each service's command line and extra environment, backend first; with ``metrics``
-    (a port per service), each serves its deadlines' metrics there (``/metrics``)."""
+    (a port per service), each serves its deadlines' metrics there (``/metrics``); ``wrap``:
+    words before each command line (``valgrind --tool=callgrind ...``: a bench's)."""
     found = _commands(ports, mode, loop_mode, python)
     for name, port in (metrics or {}).items():
         found[name][1][METRICS_PORT] = str(port)
+    for command, _extra in found.values():
+        command[:0] = wrap
     return found
 
 
@@ -109,16 +113,18 @@ def started(
     ready_within: float = 60.0,
     metrics: bool = False,
     root: Path = ROOT,
+    wrap: tuple[str, ...] = (),
 ) -> Iterator[Chain]:
     """Start the three, each from its own command line, and wait until each answers;
     SIGTERM them at the end (SIGKILL if one has not stopped within 30 s). With ``output``
     PIPE (the default) each process's output is kept as ``process.output`` at the end; None
     leaves it on this process's stdout and stderr; DEVNULL drops it. With ``metrics``, each
     process's deadlines are instrumented and served for Prometheus (``chain.metrics``).
-    ``root``: the checkout the three run from (another one's aiowheel: a bench's baseline)."""
+    ``root``: the checkout the three run from (another one's aiowheel: a bench's baseline).
+    ``wrap``: words before each command line (see :func:`commands`)."""
     made: Chain | str = ""
     for _attempt in range(1 if gateway_port is not None else _STARTS):
-        made = _start(mode, loop_mode, gateway_port, output, ready_within, metrics, root)
+        made = _start(mode, loop_mode, gateway_port, output, ready_within, metrics, root, wrap)
         if isinstance(made, Chain):
             break
     if not isinstance(made, Chain):
@@ -153,6 +159,7 @@ def _start(
     ready_within: float,
     metrics: bool,
     root: Path,
+    wrap: tuple[str, ...] = (),
 ) -> Chain | str:
     """The three started and answering, or why not (every one started is stopped then)."""
     free = _free_ports(6)
@@ -169,7 +176,7 @@ def _start(
             errors = {name: files.enter_context(tempfile.TemporaryFile("w+")) for name in ports}
         try:
             for name, (command, extra) in commands(
-                ports, mode, loop_mode, metrics=chain.metrics
+                ports, mode, loop_mode, metrics=chain.metrics, wrap=wrap
             ).items():
                 chain.processes[name] = subprocess.Popen(
                     command,

@@ -684,3 +684,81 @@ async def test_a_deadline_in_a_stream_s_write_tells_the_handler_and_ends_the_cal
     assert asyncio.get_running_loop().time() - started < 0.1 + SLACK  # not the 5 s
     assert context.written == [{"i": 0}, {"i": 1}]
     assert seen == ["CancelledError"]
+
+
+class _PassOn(aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """A client interceptor that passes each call on, noting the timeout it saw."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float | None] = []
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        self.timeouts.append(details.timeout)
+        return await continuation(details, request)
+
+
+@ON_LOOPS
+@pytest.mark.parametrize("where", ["alone", "first", "after another"])
+async def test_propagate_deadline_wherever_it_sits_among_the_interceptors(where: str) -> None:
+    # Alone or first, its work is done as the call is made (no interceptor task); after
+    # another interceptor it stays one. The rule is the same everywhere: the budget less the
+    # margin goes out, and with no more than the margin left the call is never sent and the
+    # call made raises BudgetExhausted where it is awaited.
+    other = _PassOn()
+    ours = PropagateDeadline(margin=0.25)
+    chain = {"alone": [ours], "first": [ours, other], "after another": [other, ours]}[where]
+    async with (
+        Server(DeadlineInterceptor(), propagate=False) as server,
+        aio.insecure_channel(server.target, interceptors=chain) as channel,
+    ):
+        call = channel.unary_unary(
+            "/test.Work/Unary", request_serializer=dumps, response_deserializer=loads
+        )
+        async with asyncio.timeout(1.0):
+            assert await call({"sleep": 0}) == {"ok": True}
+        async with asyncio.timeout(0.2):
+            made = call({"sleep": 0})  # made: nothing raised yet
+            with pytest.raises(BudgetExhausted, match="PropagateDeadline"):
+                await made
+            assert made.done() and not made.cancelled()
+    (seen,) = server.work.budgets
+    assert seen is not None and 0.5 < seen <= 0.75 + EPS
+    if where == "first":  # it ran first: the next interceptor saw the timeout it set
+        assert other.timeouts and other.timeouts[0] is not None
+        assert other.timeouts[0] <= 0.75 + EPS
+    elif where == "after another":
+        assert other.timeouts[:1] == [None]
+
+
+@ON_LOOPS
+async def test_a_call_under_propagate_deadline_alone_starts_no_task_of_an_interceptor() -> None:
+    # grpc.aio runs interceptors in a task of their own per call: PropagateDeadline alone on a
+    # channel makes its calls as a channel without interceptors does, the budget included.
+    async def tasks_made(channel: aio.Channel) -> int:
+        call = channel.unary_unary(
+            "/test.Work/Unary", request_serializer=dumps, response_deserializer=loads
+        )
+        loop = asyncio.get_running_loop()
+        made: list[object] = []
+
+        def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+            made.append(coro)
+            return asyncio.Task(coro, loop=loop, **kwargs)
+
+        loop.set_task_factory(factory)
+        try:
+            await call({"sleep": 0})
+        finally:
+            loop.set_task_factory(None)
+        return len(made)
+
+    async with (
+        Server(DeadlineInterceptor(), propagate=False) as server,
+        aio.insecure_channel(server.target, interceptors=[PropagateDeadline()]) as ch,
+        asyncio.timeout(5),
+    ):
+        await tasks_made(ch), await tasks_made(server.channel)  # connected, warm
+        assert await tasks_made(ch) == await tasks_made(server.channel)
+    _, _, seen, bare = server.work.budgets
+    assert seen is not None and 4 < seen <= 5 - 0.005 + EPS  # the budget went out
+    assert bare is None  # the bare channel sends none, and the method has no deadline of its own
