@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from types import BuiltinMethodType, CodeType, MethodType
 from typing import Any, Final, NamedTuple
 
+from .._time import _store
 from .._time._binding import listed_on
 from .._time._observe import (
     ASYNCIO_ON_TIMEOUT,
@@ -188,10 +189,19 @@ def _heap_deadline_for(
         return None
     # The heap itself (loop mode's _scheduled shows its readers the wheels' timers too). Read
     # in place: nothing here runs a callback, so nothing changes it during the walk.
+    if _heap_guard is not None and type(before) is float:
+        found = _heap_guard(scheduled, tasks, before)  # the native core's walk, where it can
+        if found is not NotImplemented:
+            return found  # type: ignore[no-any-return]
     try:
         return _walk(scheduled, tasks, before)
     except AttributeError:  # not asyncio's TimerHandles: each read the slow way
         return _walk_any(scheduled, tasks, before)
+
+
+_heap_guard: Any = None if _store.native is None else _store.native.heap_guard
+"""The native core's :func:`_walk` (``heap_guard`` in ``aiowheel/_time/_native/module.c``), or
+None in the pure build: the same pass in C, NotImplemented where it needs the Python one."""
 
 
 def _walk(scheduled: list[Any], tasks: tuple[object, ...], before: float) -> float | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import random
 import sys
 import weakref
@@ -19,6 +20,7 @@ import aiowheel
 import aiowheel.loops
 import aiowheel.testing as testing
 from aiowheel._deadlines._budget import budget
+from aiowheel._seeing import _census
 from aiowheel._seeing._census import deadline_before, scanned_deadline, task_deadline
 from aiowheel._time._binding import listed_on
 
@@ -184,3 +186,49 @@ def test_nothing_is_noted_until_a_deadline_is_asked_then_what_was_pending_is_fou
 
     for run in (aiowheel.run, testing.run):
         assert run(main()) == [(False, 0), 300, True, 200, 100, 50, 50, None]
+
+
+@pytest.mark.skipif(_census._heap_guard is None, reason="the pure build has no native walk")
+@pytest.mark.parametrize("seed", range(4))
+def test_the_native_heap_walk_answers_what_the_python_walk_answers(seed: int) -> None:
+    # Heaps of asyncio's TimerHandles: asyncio.timeout expiries for the asked tasks and for
+    # others, plain callbacks, cancelled tombstones, deadlines before and after the bound. The
+    # native walk answers the Python one's answer, or NotImplemented only where it says it
+    # must (an item of another type, a `_when` that is not a float).
+    rng = random.Random(seed)
+    loop = asyncio.new_event_loop()
+    try:
+        asked = (object(), object())
+        for _ in range(300):
+            heap: list[Any] = []
+            foreign = rng.random() < 0.1
+            for _ in range(rng.randrange(0, 40)):
+                when: Any = rng.choice((0.5, 1.0, 2.0, 3.0, 10.0, rng.uniform(0, 20)))
+                kind = rng.random()
+                if kind < 0.4:
+                    timeout = asyncio.Timeout(None)
+                    timeout._task = rng.choice((*asked, object(), None))  # type: ignore[attr-defined]
+                    handle = asyncio.TimerHandle(when, timeout._on_timeout, (), loop)
+                else:
+                    handle = asyncio.TimerHandle(when, print, ("x",), loop)
+                if rng.random() < 0.3:
+                    handle.cancel()
+                heap.append(handle)
+            if foreign:
+                heap.insert(rng.randrange(len(heap) + 1), rng.choice((object(), 1)))
+            before = rng.choice((math.inf, 2.5, 12.0))
+            tasks = asked[: rng.randrange(1, 3)]
+            native = _census._heap_guard(heap, tasks, before)
+            if foreign:
+                assert native is NotImplemented
+            else:
+                assert native is not NotImplemented
+                assert native == _census._walk(heap, tasks, before)
+        # An int deadline (loop.call_at(5)): the Python walk reads it.
+        timeout = asyncio.Timeout(None)
+        timeout._task = asked[0]  # type: ignore[attr-defined]
+        handle = asyncio.TimerHandle(5, timeout._on_timeout, (), loop)  # type: ignore[arg-type]
+        assert _census._heap_guard([handle], asked, math.inf) is NotImplemented
+        assert _census._heap_deadline_for(loop, asked) is None  # nothing on this loop's heap
+    finally:
+        loop.close()

@@ -609,6 +609,98 @@ fail_allocations(PyObject *Py_UNUSED(module), PyObject *arg)
     return PyLong_FromSsize_t(before);
 }
 
+/* heap_guard(scheduled, tasks, before): aiowheel._seeing._census._walk in C, over a list of
+ * asyncio.TimerHandles (asyncio's own heap, loop._scheduled): the earliest deadline before
+ * `before` of an asyncio.timeout guarding one of `tasks` (a tuple), or None; NotImplemented
+ * where the walk needs what only the Python one reads (an item of another type, a `_when` not a
+ * float, an empty slot, 3.11's wait_for timer due before the bound): the caller walks in
+ * Python then. The request path asks it once or twice per request (aiowheel.time_left, a client
+ * adapter's budget), and a server's heap holds its keep-alive timers and their cancelled
+ * tombstones: the Python walk paid some 300 instructions per handle, this one a few dozen. Free-threaded
+ * builds walk in Python (the list is read without a lock here). */
+static PyObject *
+heap_guard(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyTuple_Check(args[1]) ||
+        !PyFloat_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "heap_guard(scheduled: list, tasks: tuple, before: float)");
+        return NULL;
+    }
+#ifdef Py_GIL_DISABLED
+    Py_RETURN_NOTIMPLEMENTED;
+#else
+    CoreState *st = (CoreState *)PyModule_GetState(module);
+    PyTypeObject *base = st->handle_type->tp_base; /* asyncio.TimerHandle */
+    PyObject *list = args[0], *tasks = args[1];
+    double bound = PyFloat_AS_DOUBLE(args[2]);
+    int found = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+        PyObject *h = PyList_GET_ITEM(list, i);
+        if (Py_TYPE(h) != base) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        PyObject *w = *(PyObject **)((char *)h + offsetof(HandleObject, seq)); /* _when */
+        if (w == NULL || !PyFloat_CheckExact(w)) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        double when = PyFloat_AS_DOUBLE(w);
+        if (when >= bound) {
+            continue;
+        }
+        PyObject *cb = *(PyObject **)((char *)h + offsetof(HandleObject, callback));
+        if (cb == NULL) {
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        if (Py_IS_TYPE(cb, &PyMethod_Type)) {
+            if (PyMethod_GET_FUNCTION(cb) != st->guarded_at || st->guarded_at == NULL) {
+                continue;
+            }
+            /* getattr(callback.__self__, "_task", None) in tasks and not handle._cancelled:
+             * the handle held while a lookup could run code (a Timeout's own: it does not). */
+            Py_INCREF(h);
+            PyObject *task = PyObject_GetAttrString(PyMethod_GET_SELF(cb), "_task");
+            if (task == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                    Py_DECREF(h);
+                    return NULL;
+                }
+                PyErr_Clear();
+            }
+            int in = task == NULL ? 0 : PySequence_Contains(tasks, task);
+            Py_XDECREF(task);
+            if (in < 0) {
+                Py_DECREF(h);
+                return NULL;
+            }
+            if (in) {
+                PyObject *cancelled = *(PyObject **)((char *)h + offsetof(HandleObject, tick));
+                int yes = cancelled == NULL ? -2 : PyObject_IsTrue(cancelled);
+                if (yes == -2) {
+                    Py_DECREF(h);
+                    Py_RETURN_NOTIMPLEMENTED;
+                }
+                if (yes < 0) {
+                    Py_DECREF(h);
+                    return NULL;
+                }
+                if (!yes) {
+                    bound = when;
+                    found = 1;
+                }
+            }
+            Py_DECREF(h);
+        }
+        else if (cb == st->guarded_later && cb != Py_None) {
+            Py_RETURN_NOTIMPLEMENTED; /* 3.11's wait_for timer: its task read in Python */
+        }
+    }
+    if (!found) {
+        Py_RETURN_NONE;
+    }
+    return PyFloat_FromDouble(bound);
+#endif
+}
+
 static PyMethodDef module_methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
     {"freelist_size", (PyCFunction)freelist_size, METH_NOARGS, NULL},
@@ -621,6 +713,7 @@ static PyMethodDef module_methods[] = {
     {"running_loop", (PyCFunction)running_loop, METH_NOARGS, NULL},
     {"watch_time", (PyCFunction)watch_time, METH_O, NULL},
     {"watch_scheduled", (PyCFunction)(void (*)(void))watch_scheduled, METH_FASTCALL, NULL},
+    {"heap_guard", (PyCFunction)(void (*)(void))heap_guard, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
 
