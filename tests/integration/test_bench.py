@@ -518,3 +518,48 @@ def test_the_cost_curve_bench_skips_what_would_pass_its_memory_cap(
     assert cost_curve.main(argv) == 0
     out = capsys.readouterr().out
     assert "loop-mode/asyncio at 10M: skipped:" in out and "> --max-gb 1" in out
+
+
+def test_the_chain_bench_s_instruction_reader_counts_what_a_process_runs(tmp_path: Path) -> None:
+    # bench.chain --callgrind: each process under callgrind, its instructions read by a dump per
+    # read (callgrind zeroes its counters at each). One small real process stands for a chain:
+    # a read before and after it works, and the counts add up; the dumps are kept when asked.
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from bench.chain import CALLGRIND, chain_instructions
+    from examples.chain.run import Chain
+
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        pytest.skip("valgrind is not installed (apt install valgrind)")
+    out, keep = tmp_path / "out", tmp_path / "keep"
+    out.mkdir()
+    keep.mkdir()
+    work = tmp_path / "go"
+    program = (
+        "import os, time\n"
+        f"while not os.path.exists({str(work)!r}): time.sleep(0.01)\n"
+        "sum(range(3_000_000))\n"
+        "time.sleep(300)\n"
+    )
+    wrap = [word.format(out=out) for word in CALLGRIND]
+    process = subprocess.Popen([*wrap, sys.executable, "-c", program], stderr=subprocess.DEVNULL)
+    try:
+        chain = Chain({}, {"worker": process})  # type: ignore[dict-item]
+        read = chain_instructions(chain, out, keep, "one")
+        time.sleep(3)  # started under valgrind, waiting
+        idle = read()["worker"]
+        work.touch()
+        for _ in range(600):  # bounded: the sum takes seconds under valgrind
+            time.sleep(0.1)
+            if read()["worker"] - idle > 30:  # millions of instructions: the sum has run
+                break
+        counted = read()["worker"] - idle
+        assert counted > 30, counted
+        assert not list(out.glob("cg.*.*"))  # each dump read, and moved out
+        assert len(list(keep.glob("one.worker.*"))) >= 3
+    finally:
+        process.kill()
+        process.wait()
