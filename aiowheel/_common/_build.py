@@ -58,6 +58,7 @@ COMPILED_MODULES = (
     "_purgatory._delayed",
     "_purgatory._wait",
     "_purgatory._purgatory",
+    "_deadlines._deadline",
 )
 
 

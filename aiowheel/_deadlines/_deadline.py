@@ -33,6 +33,7 @@ from .._loopmode._default import get_timer
 from .._seeing._census import deadline_sources
 from .._time._tasks import current_task
 from .._time._threads import FORKS
+from ._exhausted import BudgetExhausted
 from ._seen import SEEN
 
 __all__ = [
@@ -44,16 +45,6 @@ __all__ = [
     "Stops",
     "current",
 ]
-
-
-# The budget's error (aiowheel._deadlines._budget raises it), kept here: Deadlines.end answers it as
-# the deadline's own, and every room above imports this one.
-class BudgetExhausted(TimeoutError):
-    """Less time is left of the request's deadline than a call needs: raised by
-    :func:`budget` and :func:`budget_header` instead of starting a call that cannot finish.
-
-    A ``TimeoutError``, so code that handles the deadline handles this too; the middlewares
-    answer it as their own deadline (504 if no response has started)."""
 
 
 END_WINDOW: Final = 0.001

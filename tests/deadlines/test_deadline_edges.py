@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import re
 import signal
@@ -199,6 +200,11 @@ async def test_a_huge_deadline_is_clamped_and_takes_no_other_request_s_away() ->
     await raw_call(DeadlineMiddleware(moved, timeout=1e308), http_scope())  # clamped to 10**9 s
 
 
+@pytest.mark.skipif(
+    not inspect.isfunction(aiowheel._deadlines._deadline._Table.join),
+    reason="compiled (mypyc calls its own methods directly: a patched one is never reached); "
+    "the pure build's passes run it, on the same source",
+)
 @ON_VIRTUAL
 async def test_a_deadline_that_cannot_be_filed_is_reported_and_kept_on_the_loop(
     monkeypatch: pytest.MonkeyPatch,
