@@ -59,6 +59,7 @@ COMPILED_MODULES = (
     "_purgatory._wait",
     "_purgatory._purgatory",
     "_deadlines._deadline",
+    "_deadlines._propagate",
 )
 
 
@@ -108,7 +109,13 @@ def is_compiled(package: str, modules: Sequence[str]) -> bool:
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     for name in modules:
         module = sys.modules.get(f"{package}.{name}")
-        spec = getattr(module, "__spec__", None)
+        # One not imported yet (the deadlines' rooms load with their adapters): where it
+        # would load from, found without running it.
+        spec = (
+            importlib.util.find_spec(f"{package}.{name}")
+            if module is None
+            else getattr(module, "__spec__", None)
+        )
         origin = getattr(spec, "origin", None) or ""
         if not origin.endswith(suffixes):
             return False

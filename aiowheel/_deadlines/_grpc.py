@@ -248,6 +248,11 @@ class PropagateDeadline(
     ``margin``: seconds kept back for the network on each hop (default 5 ms: the callee
     counts the deadline from when the call arrives, so without one it would give up after
     the caller; see ``aiowheel._deadlines._budget.DEFAULT_MARGIN``).
+
+    First among a channel's interceptors (or alone), it reads the budget for a unary call as
+    the call is made, in the caller's task, and grpc.aio runs no interceptor task for it
+    (the channel's ``unary_unary`` makes calls that carry it): what grpc.aio's interceptor
+    machinery costs a call is not paid. The rule is the same either way.
     """
 
     __slots__ = ("margin",)
