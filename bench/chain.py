@@ -55,7 +55,7 @@ from typing import Any
 
 import aiohttp
 
-from examples.chain.run import Chain, started
+from examples.chain.run import ROOT, Chain, started
 
 HOPS = {"gateway": ("gateway", "/stats"), "service": ("service", "/stats"),
         "backend": ("service", "/backend/stats")}  # fmt: skip
@@ -290,7 +290,8 @@ def callgrind_round(args: argparse.Namespace) -> dict[str, float]:
         with contextlib.ExitStack() as stack:
             chains = {
                 mode: stack.enter_context(started(
-                    mode, args.loop_mode, output=subprocess.DEVNULL, ready_within=600.0, wrap=wrap
+                    mode, args.loop_mode, output=subprocess.DEVNULL, ready_within=600.0,
+                    wrap=wrap, root=Path(args.base) if args.base else ROOT,
                 ))
                 for mode in ("none", "layers", "propagated")
             }  # fmt: skip
@@ -586,7 +587,11 @@ def main(argv: list[str]) -> int:
         "--metrics-cost", action="store_true",
         help="CPU per request with the deadlines instrumented against without, instead",
     )  # fmt: skip
-    parser.add_argument("--base", help="--metrics-cost: a checkout to compare 'off' against")
+    parser.add_argument(
+        "--base",
+        help="--metrics-cost: a checkout to compare 'off' against; --callgrind: the checkout "
+        "the three processes run from",
+    )
     parser.add_argument(
         "--callgrind", action="store_true",
         help="the CPU bursts only, each process under callgrind: instructions per request",
