@@ -311,3 +311,15 @@ class RedisServer:
             self.process.kill()
             self.process.wait(timeout=10)
             self.process = None
+
+
+async def serve_aiohttp(app: Any) -> tuple[Any, str]:
+    """The aiohttp ``app`` served on 127.0.0.1 (a free port; handlers cancelled when their
+    client goes, shut down within 0.1 s): its runner, to clean up, and its base URL."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"

@@ -27,7 +27,7 @@ import aiowheel.otel
 from aiowheel._deadlines._seen import SEEN
 from aiowheel.asgi import BudgetExhausted, DeadlineMiddleware, set_deadline
 from aiowheel.httpx import DeadlineTransport
-from tests.support import ROOT
+from tests.support import ROOT, serve_aiohttp
 
 SLOW = 5.0  # what a slow handler would take: far past every deadline here
 
@@ -63,15 +63,6 @@ def reader() -> Iterator[tuple[InMemoryMetricReader, MeterProvider]]:
     assert SEEN.watcher is None, "a test left the deadlines instrumented"
 
 
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    """``app`` on 127.0.0.1 (a free port): its runner and its base URL."""
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    return runner, f"http://{host}:{port}"
-
-
 def aiohttp_app(timeout: float) -> web.Application:
     """``/users/{id}`` answers at once, ``/slow/{id}`` sleeps past the deadline."""
 
@@ -99,7 +90,7 @@ def test_aiohttp_met_and_missed_counted_under_the_route_template(
         instrumented = aiowheel.otel.instrument_deadlines(
             meter_provider=provider, samples_per_second=None
         )
-        runner, url = await serve(aiohttp_app(0.2))
+        runner, url = await serve_aiohttp(aiohttp_app(0.2))
         try:
             async with httpx.AsyncClient(base_url=url, timeout=10) as client:
                 for user in ("ann", "bob", "cy"):
@@ -399,7 +390,7 @@ def test_made_again_on_the_same_provider_it_reports(
     purgatory = aiowheel.Purgatory()
 
     async def requests(count: int) -> None:
-        runner, url = await serve(aiohttp_app(0.2))
+        runner, url = await serve_aiohttp(aiohttp_app(0.2))
         try:
             async with httpx.AsyncClient(base_url=url, timeout=10) as client:
                 for user in range(count):
@@ -453,7 +444,7 @@ def test_off_the_request_path_reports_nothing(
     instrumented.close()
 
     async def main() -> None:
-        runner, url = await serve(aiohttp_app(0.2))
+        runner, url = await serve_aiohttp(aiohttp_app(0.2))
         try:
             async with httpx.AsyncClient(base_url=url, timeout=10) as client:
                 assert (await client.get("/users/x")).status_code == 200
@@ -484,7 +475,7 @@ def test_served_metrics_scraped_over_http_count_met_and_missed() -> None:
             return web.Response(body=generate_latest(registry), content_type="text/plain")
 
         app.router.add_get("/metrics", scrape)
-        runner, url = await serve(app)
+        runner, url = await serve_aiohttp(app)
         try:
             async with httpx.AsyncClient(base_url=url, timeout=10) as client:
                 for user in range(4):
@@ -601,7 +592,7 @@ def test_the_histograms_take_a_bounded_sample_and_the_counts_every_request(
         instrumented = aiowheel.otel.instrument_deadlines(
             meter_provider=provider, samples_per_second=2
         )
-        runner, url = await serve(aiohttp_app(0.2))
+        runner, url = await serve_aiohttp(aiohttp_app(0.2))
         try:
             async with httpx.AsyncClient(base_url=url, timeout=10) as client:
                 loop = asyncio.get_running_loop()

@@ -26,6 +26,7 @@ from aiowheel._deadlines._budget import header_value, outgoing
 from aiowheel._deadlines._propagate import outgoing_header
 from aiowheel.asgi import BudgetExhausted, DeadlineMiddleware, budget, parse_timeout_header
 from aiowheel.httpx import DeadlineTransport
+from tests.support import serve_aiohttp
 
 GENEROUS = 2.0  # seconds of slack for a loaded machine, on bounds that are about wall time
 ONE_LOOP_AND_LOOP_MODE = pytest.mark.parametrize(
@@ -73,12 +74,7 @@ async def server() -> AsyncIterator[Server]:
     app = web.Application()
     app.router.add_get("/echo", echo)
     app.router.add_get("/slow", slow)
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    state.url = f"http://{host}:{port}"
+    runner, state.url = await serve_aiohttp(app)
     try:
         yield state
     finally:
@@ -298,16 +294,12 @@ async def test_aiohttp_server_under_deadline_middleware_calls_onward(server: Ser
 
     app = web.Application(middlewares=[aiowheel.aiohttp.deadline_middleware(timeout=1.5)])
     app.router.add_get("/", handler)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
+    runner, url = await serve_aiohttp(app)
     try:
         async with (
             session() as client,
             aiohttp.ClientSession() as outside,
-            outside.get(f"http://{host}:{port}/") as response,
+            outside.get(f"{url}/") as response,
         ):
             assert await response.text() == "ok"
     finally:

@@ -30,21 +30,11 @@ import aiowheel.aiohttp
 from aiowheel._deadlines._deadline import END_WINDOW
 from aiowheel.asgi import BudgetExhausted, DeadlineMiddleware
 from aiowheel.httpx import DeadlineTransport
-from tests.support import ASYNCIO_UVLOOP_AND_LOOP_MODE
+from tests.support import ASYNCIO_UVLOOP_AND_LOOP_MODE, serve_aiohttp
 
 pytestmark = pytest.mark.anyio
 LOOPS = ASYNCIO_UVLOOP_AND_LOOP_MODE
 SLACK = 1.0  # seconds: a loaded 2-core machine; the callees' work is 5 s
-
-
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    """``app`` served on 127.0.0.1 (a free port, handlers cancelled when their client goes):
-    its runner, to clean up, and its base URL."""
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    host, port = runner.addresses[0][:2]
-    return runner, f"http://{host}:{port}"
 
 
 @pytest.fixture
@@ -67,7 +57,7 @@ async def callee() -> AsyncIterator[Callable[..., Awaitable[str]]]:
         middleware = aiowheel.aiohttp.deadline_middleware(timeout, header="x-request-timeout")
         app = web.Application(middlewares=[middleware])
         app.router.add_get("/slow", slow if onward is None else middle)
-        runner, base = await serve(app)
+        runner, base = await serve_aiohttp(app)
         runners.append(runner)
         return base
 
@@ -194,7 +184,7 @@ async def plain() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/", honours)
-    runner, base = await serve(app)
+    runner, base = await serve_aiohttp(app)
     yield base + "/"
     await runner.cleanup()
 
@@ -277,7 +267,7 @@ async def test_the_aiohttp_server_answers_a_timeout_from_the_budget_with_504() -
 
     app = web.Application(middlewares=[aiowheel.aiohttp.deadline_middleware(0.05)])
     app.router.add_get("/", handler)
-    runner, base = await serve(app)
+    runner, base = await serve_aiohttp(app)
     try:
         async with aiohttp.ClientSession() as session:
             for _ in range(5):
