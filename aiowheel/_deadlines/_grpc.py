@@ -531,16 +531,18 @@ def _direct_unary_unary(channel: object, unary_unary: list[object]) -> None:
 
 
 @final
-class _Direct:
+class _Direct(aio.UnaryUnaryMultiCallable):  # type: ignore[type-arg]
     """A channel's unary-unary multicallable whose calls carry the budget
     (:class:`PropagateDeadline`'s rule, read in the caller's task when the call is made, as
-    grpc.aio starts the call then), without grpc.aio's interceptor task."""
+    grpc.aio starts the call then), without grpc.aio's interceptor task. Still a
+    ``grpc.aio.UnaryUnaryMultiCallable`` to ``isinstance``."""
 
-    __slots__ = ("_made", "_propagate")
+    __slots__ = ("_made", "_method", "_propagate")
 
     def __init__(self, made: Any, propagate: PropagateDeadline) -> None:
         self._made = made
         self._propagate = propagate
+        self._method: str | bytes = getattr(made, "_method", "?")  # named in BudgetExhausted
 
     def __call__(self, request: Any, *, timeout: float | None = None, **kwargs: Any) -> Any:
         """The call (grpc.aio's arguments), sent with the budget as its deadline."""
@@ -553,9 +555,7 @@ class _Direct:
         if left is None:
             return self._made(request, timeout=timeout, **kwargs)
         ends = _now() + left - END_WINDOW  # the callee's deadline, on our clock
-        return _Answered(
-            self._made(request, timeout=left, **kwargs), self._made._method, left, ends
-        )
+        return _Answered(self._made(request, timeout=left, **kwargs), self._method, left, ends)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._made, name)

@@ -714,6 +714,7 @@ async def test_propagate_deadline_wherever_it_sits_among_the_interceptors(where:
         call = channel.unary_unary(
             "/test.Work/Unary", request_serializer=dumps, response_deserializer=loads
         )
+        assert isinstance(call, aio.UnaryUnaryMultiCallable)
         async with asyncio.timeout(1.0):
             assert await call({"sleep": 0}) == {"ok": True}
         async with asyncio.timeout(0.2):
