@@ -189,7 +189,7 @@ def _heap_deadline_for(
         return None
     # The heap itself (loop mode's _scheduled shows its readers the wheels' timers too). Read
     # in place: nothing here runs a callback, so nothing changes it during the walk.
-    if _heap_guard is not None and type(before) is float:
+    if _heap_guard is not None and type(before) is float and type(tasks) is tuple:
         found = _heap_guard(scheduled, tasks, before)  # the native core's walk, where it can
         if found is not NotImplemented:
             return found  # type: ignore[no-any-return]

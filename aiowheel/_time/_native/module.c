@@ -616,8 +616,8 @@ fail_allocations(PyObject *Py_UNUSED(module), PyObject *arg)
  * float, an empty slot, 3.11's wait_for timer due before the bound): the caller walks in
  * Python then. The request path asks it once or twice per request (aiowheel.time_left, a client
  * adapter's budget), and a server's heap holds its keep-alive timers and their cancelled
- * tombstones: the Python walk paid some 300 instructions per handle, this one a few dozen. Free-threaded
- * builds walk in Python (the list is read without a lock here). */
+ * tombstones, each of which the Python walk read through the interpreter. Free-threaded builds
+ * walk in Python (the list is read without a lock here). */
 static PyObject *
 heap_guard(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
