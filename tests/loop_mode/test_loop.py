@@ -206,14 +206,21 @@ def test_a_near_timer_joins_the_wheel_when_a_wheel_timer_is_due_by_its_tick(base
         # Where they go: a near deadline the wheel has a timer due by goes there; one before
         # every wheel timer's tick stays on the base's heap (asyncio's: exact), as before.
         for _ in range(50):  # until the blocked loop lands 2-10 ms before the wheel timer
+            # Let the loop run first: a wake-up of the wheel left due (a round above that ended
+            # late, the last attempt's cancelled timers) keeps the wheel armed for a tick that
+            # has passed, and a near timer then joins the wheel, as it should (a wheel timer
+            # may run by its tick). Loaded CI passes (ASan, 3.14t) hit it; two iterations run
+            # that wake-up.
+            for _ in range(3):
+                await asyncio.sleep(0)
             first = loop.call_later(0.05, lambda: None)
             time.sleep(0.045)  # noqa: ASYNC251 - the loop is late on purpose
             ahead = first.when() - loop.time()
             joined = loop.call_at(first.when(), lambda: None)
             before = loop.call_at(loop.time() + ahead / 4, lambda: None)
             # Counted only if `before` landed well before the tick of `first` (2 ms, two of the
-            # wheel's ticks): a machine that stalls between the reads above can push it there
-            # (the ASan pass, loaded, did), where it joins the wheel as it should.
+            # wheel's ticks): a machine that stalls between the reads above can push it there,
+            # where it joins the wheel as it should.
             if 0.002 < ahead < DEFAULT_THRESHOLD and first.when() - before.when() > 0.002:
                 break
             for handle in (first, joined, before):
