@@ -236,3 +236,113 @@ def test_the_native_heap_walk_answers_what_the_python_walk_answers(seed: int) ->
         assert _census._heap_deadline_for(loop, asked) is None  # nothing on this loop's heap
     finally:
         loop.close()
+
+
+LOOPS = [asyncio.new_event_loop, aiowheel.loops.asyncio_loop]
+
+
+def _noop() -> None:
+    pass
+
+
+@pytest.mark.parametrize("factory", LOOPS)
+def test_a_read_looks_only_at_the_callbacks_queued_since_the_last(factory: Any) -> None:
+    # A passed timeout waits among the ready callbacks, so a budget read looks there; with
+    # 10,000 callbacks queued (a busy server) a pass per read cost 1 ms. Each callback is
+    # looked at once, by the first read after it was queued.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        queued = [loop.call_soon(_noop) for _ in range(10_000)]
+        async with asyncio.timeout(30):
+            assert aiowheel.time_left() is not None
+            index = _census._READY_INDEXES[id(loop._ready)]  # type: ignore[attr-defined]
+            looked = index.looked
+            assert 10_000 <= looked < 10_100
+            for _ in range(100):
+                aiowheel.time_left()
+            assert index.looked == looked  # nothing queued since: nothing looked at
+            queued += [loop.call_soon(_noop) for _ in range(3)]
+            aiowheel.time_left()
+            assert index.looked == looked + 3
+        for handle in queued:
+            handle.cancel()
+
+    loop = factory()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("kind", ["asyncio", "aiowheel"])
+@pytest.mark.parametrize("factory", LOOPS)
+def test_a_passed_timeout_is_read_through_the_index_until_it_runs_or_goes(
+    factory: Any, kind: str
+) -> None:
+    # A timeout entered with its deadline passed is handed to call_soon. Read after more
+    # callbacks were queued behind it, after it was moved later (its expiry cancelled), moved
+    # into the past again, and after its block was left: each read answers what one pass over
+    # the whole queue answers, and what the index notes is let go once it no longer waits.
+    def make(delay: float) -> Any:
+        return asyncio.timeout(delay) if kind == "asyncio" else aiowheel.timeout(delay)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        queued = [loop.call_soon(_noop) for _ in range(500)]
+
+        def check(expected: float | None) -> None:
+            assert _census.current_deadline() == expected == scanned_deadline(loop, task)
+
+        async with make(30) as outer:
+            check(outer.when())
+            async with make(0) as passed:
+                check(passed.when())
+                assert aiowheel.time_left() == 0.0
+                queued += [loop.call_soon(_noop) for _ in range(5)]
+                check(passed.when())  # found again: noted by the read before
+                passed.reschedule(loop.time() + 60)  # later: its expiry is cancelled
+                check(outer.when())
+                passed.reschedule(loop.time() - 1)  # passed again: a new expiry queued
+                check(passed.when())
+            check(outer.when())  # left without an await: its expiry cancelled
+            index = _census._READY_INDEXES[id(loop._ready)]  # type: ignore[attr-defined]
+            assert index.noted == {}  # nothing held for what no longer waits
+        for handle in queued:
+            handle.cancel()
+
+    loop = factory()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("factory", LOOPS)
+def test_the_index_lets_go_once_the_loop_has_run_what_it_noted(factory: Any) -> None:
+    # A passed timeout that fires: its task is cancelled, and the next read, an iteration
+    # later, finds the queue run past what it had seen and drops its notes, the task with them.
+    async def victim() -> None:
+        async with asyncio.timeout(0):
+            assert aiowheel.time_left() == 0.0  # noted here
+            await asyncio.sleep(1)
+
+    async def main() -> weakref.ref[Any]:
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(victim())
+        with pytest.raises(TimeoutError):
+            await task
+        await asyncio.sleep(0)
+        aiowheel.time_left()  # a read in another task, after the loop ran past the note
+        index = _census._READY_INDEXES[id(loop._ready)]  # type: ignore[attr-defined]
+        assert index.noted == {}
+        return weakref.ref(task)
+
+    loop = factory()
+    try:
+        gone = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    gc.collect()
+    assert gone() is None
