@@ -13,6 +13,7 @@ import random
 import sys
 import sysconfig
 import weakref
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -245,6 +246,15 @@ def _noop() -> None:
     pass
 
 
+def run_on(factory: Any, main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """``main()`` run on a new loop from ``factory``, closed after (its queue dropped)."""
+    loop = factory()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
 @pytest.mark.parametrize("factory", LOOPS)
 def test_a_read_looks_only_at_the_callbacks_queued_since_the_last(factory: Any) -> None:
     # A passed timeout waits among the ready callbacks, so a budget read looks there; with
@@ -252,7 +262,8 @@ def test_a_read_looks_only_at_the_callbacks_queued_since_the_last(factory: Any) 
     # looked at once, by the first read after it was queued.
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        queued = [loop.call_soon(_noop) for _ in range(10_000)]
+        for _ in range(10_000):
+            loop.call_soon(_noop)
         async with asyncio.timeout(30):
             assert aiowheel.time_left() is not None
             index = _census._READY_INDEXES[id(loop._ready)]  # type: ignore[attr-defined]
@@ -261,17 +272,12 @@ def test_a_read_looks_only_at_the_callbacks_queued_since_the_last(factory: Any) 
             for _ in range(100):
                 aiowheel.time_left()
             assert index.looked == looked  # nothing queued since: nothing looked at
-            queued += [loop.call_soon(_noop) for _ in range(3)]
+            for _ in range(3):
+                loop.call_soon(_noop)
             aiowheel.time_left()
             assert index.looked == looked + 3
-        for handle in queued:
-            handle.cancel()
 
-    loop = factory()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    run_on(factory, main)
 
 
 @pytest.mark.parametrize("kind", ["asyncio", "aiowheel"])
@@ -290,7 +296,8 @@ def test_a_passed_timeout_is_read_through_the_index_until_it_runs_or_goes(
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        queued = [loop.call_soon(_noop) for _ in range(500)]
+        for _ in range(500):
+            loop.call_soon(_noop)
 
         def check(expected: float | None) -> None:
             assert _census.current_deadline() == expected == scanned_deadline(loop, task)
@@ -300,7 +307,8 @@ def test_a_passed_timeout_is_read_through_the_index_until_it_runs_or_goes(
             async with make(0) as passed:
                 check(passed.when())
                 assert aiowheel.time_left() == 0.0
-                queued += [loop.call_soon(_noop) for _ in range(5)]
+                for _ in range(5):
+                    loop.call_soon(_noop)
                 check(passed.when())  # found again: noted by the read before
                 passed.reschedule(loop.time() + 60)  # later: its expiry is cancelled
                 check(outer.when())
@@ -309,14 +317,8 @@ def test_a_passed_timeout_is_read_through_the_index_until_it_runs_or_goes(
             check(outer.when())  # left without an await: its expiry cancelled
             index = _census._READY_INDEXES[id(loop._ready)]  # type: ignore[attr-defined]
             assert index.noted == {}  # nothing held for what no longer waits
-        for handle in queued:
-            handle.cancel()
 
-    loop = factory()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    run_on(factory, main)
 
 
 @pytest.mark.parametrize("factory", LOOPS)
@@ -339,10 +341,6 @@ def test_the_index_lets_go_once_the_loop_has_run_what_it_noted(factory: Any) -> 
         assert index.noted == {}
         return weakref.ref(task)
 
-    loop = factory()
-    try:
-        gone = loop.run_until_complete(main())
-    finally:
-        loop.close()
+    gone = run_on(factory, main)
     gc.collect()
     assert gone() is None
