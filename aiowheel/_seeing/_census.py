@@ -45,6 +45,7 @@ from .._time._observe import (
     WAIT_FOR_TIMER,
     asyncio_timeout_task,
     classify,
+    guard_when,
     lag_bounds,
     origin_key,
 )
@@ -275,11 +276,6 @@ def _passed_for(loop: asyncio.AbstractEventLoop, tasks: tuple[object, ...]) -> f
     return _passed_among(ready, tasks) if ready else None
 
 
-_ASYNCIO_TIMEOUT: Final = asyncio.Timeout
-_ASYNCIO_STATE: Final[object] = getattr(asyncio.timeouts, "_State", None)
-_ASYNCIO_ENTERED: Final[object] = getattr(_ASYNCIO_STATE, "ENTERED", None)
-
-
 def _expiry_of(handle: Any) -> Any:
     """The timeout whose expiry ``handle`` (a ready callback) is, or None: asyncio's bound
     ``_on_timeout`` (a Python method) or aiowheel's (compiled: a builtin method)."""
@@ -290,7 +286,7 @@ def _expiry_of(handle: Any) -> Any:
         if getattr(callback, "__name__", None) != "_on_timeout":
             return None
         timeout = getattr(callback, "__self__", None)
-        return timeout if isinstance(timeout, _ASYNCIO_TIMEOUT | Timeout) else None
+        return timeout if isinstance(timeout, asyncio.Timeout | Timeout) else None
     kind = type(callback)
     if kind is _MethodType:
         if callback.__func__ is not ASYNCIO_ON_TIMEOUT and callback.__func__ is not _OWN_EXPIRY:
@@ -302,17 +298,12 @@ def _expiry_of(handle: Any) -> Any:
 
 def _passed_deadline(handle: Any, timeout: Any) -> float | None:
     """``timeout``'s deadline if its expiry ``handle``, queued in the ready callbacks, is still
-    to run for it (not cancelled, the timeout still entered), else None."""
+    to run for it (not cancelled, the timeout still entered: the guards' own rule,
+    :func:`aiowheel._time._observe.guard_when`), else None."""
     cancelled = getattr(handle, "cancelled", None)
     if cancelled is None or cancelled():
         return None
-    if isinstance(timeout, _ASYNCIO_TIMEOUT):
-        if getattr(timeout, "_state", None) is not _ASYNCIO_ENTERED:
-            return None
-    elif not timeout._guarding():
-        return None
-    when = timeout.when()
-    return when if isinstance(when, float | int) else None
+    return guard_when(timeout)
 
 
 class _ReadyIndex:

@@ -30,6 +30,7 @@ __all__ = [
     "LagHistogram",
     "asyncio_timeout_task",
     "classify",
+    "guard_when",
     "lag_bounds",
     "origin_key",
     "WAIT_FOR_TIMER",
@@ -243,7 +244,7 @@ class Guards:
             if guards is None:
                 continue
             for guard in guards:
-                when = _guard_when(guard)
+                when = guard_when(guard)
                 if when is not None and (earliest is None or when < earliest):
                     earliest = when
         return earliest
@@ -275,11 +276,12 @@ _ASYNCIO_STATE: Final[object] = getattr(asyncio.timeouts, "_State", None)
 _ASYNCIO_ENTERED: Final[object] = getattr(_ASYNCIO_STATE, "ENTERED", None)
 
 
-def _guard_when(guard: object) -> float | None:
+def guard_when(guard: object) -> float | None:
     """A guard's deadline while it guards its task, else None: an asyncio Timeout entered and
     not yet fired or left (its ``_when``, private: the deadline ``when()`` returns), an
-    aiowheel Timeout the same, 3.11's ``wait_for`` timer while its waiter waits."""
-    if type(guard) is _AsyncioTimeout:
+    aiowheel Timeout the same, 3.11's ``wait_for`` timer while its waiter waits. (Also what
+    the census reads of a passed timeout's expiry waiting among the ready callbacks.)"""
+    if isinstance(guard, _AsyncioTimeout):  # a subclass too: its _on_timeout is asyncio's
         if guard._state is not _ASYNCIO_ENTERED:  # type: ignore[attr-defined]
             return None
         return guard.when()
@@ -298,11 +300,11 @@ def _guard_when(guard: object) -> float | None:
 def _guarding(guard: object) -> bool:
     """Whether a guard may still guard its task: a Timeout (asyncio's or aiowheel's) entered and
     not fired or left (a reschedule may give it a deadline again), 3.11's ``wait_for`` timer
-    while :func:`_guard_when` finds it waiting."""
-    if type(guard) is _AsyncioTimeout:
+    while :func:`guard_when` finds it waiting."""
+    if isinstance(guard, _AsyncioTimeout):
         return guard._state is _ASYNCIO_ENTERED  # type: ignore[attr-defined]
     if isinstance(guard, _TimerHandle):
-        return _guard_when(guard) is not None
+        return guard_when(guard) is not None
     alive: bool = guard._guarding()  # type: ignore[attr-defined]
     return alive
 

@@ -344,3 +344,24 @@ def test_the_index_lets_go_once_the_loop_has_run_what_it_noted(factory: Any) -> 
     gone = run_on(factory, main)
     gc.collect()
     assert gone() is None
+
+
+@pytest.mark.parametrize("factory", LOOPS)
+def test_a_subclass_of_asyncio_timeout_guards_its_task_like_asyncio_s(factory: Any) -> None:
+    # Its expiry is asyncio's _on_timeout: filed (the wheels' index on loop mode, the heap on
+    # asyncio's loop) or passed (the ready callbacks), its deadline is read as asyncio's.
+    class Mine(asyncio.Timeout):
+        pass
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        async with Mine(loop.time() + 30) as later:
+            assert _census.current_deadline() == later.when() == scanned_deadline(loop, task)
+            async with Mine(loop.time() - 1) as passed:
+                assert _census.current_deadline() == passed.when()
+                assert aiowheel.time_left() == 0.0
+            assert _census.current_deadline() == later.when()
+
+    run_on(factory, main)
